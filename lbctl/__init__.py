@@ -1,0 +1,1 @@
+"""lbctl: declarative IPVS direct-routing load balancers."""

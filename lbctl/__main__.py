@@ -1,0 +1,5 @@
+import sys
+
+from lbctl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,104 @@
+"""The interfaces the executor and observer use; real adapters and fakes both meet them."""
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class IpvsStats:
+    conns: int = 0
+    inpkts: int = 0
+    outpkts: int = 0
+    inbytes: int = 0
+    outbytes: int = 0
+    cps: int = 0
+    inbps: int = 0
+    outbps: int = 0
+
+
+@dataclass(frozen=True)
+class IpvsDest:
+    address: object  # IPv4Address
+    port: int
+    weight: int
+    forward: int
+    active: int = 0
+    inactive: int = 0
+    stats: IpvsStats = IpvsStats()
+
+
+@dataclass(frozen=True)
+class IpvsService:
+    """A service as the kernel reports it.  key is None for fwmark services."""
+
+    key: object  # ServiceKey or None
+    label: str  # greppable: "tcp 192.168.100.10:80" or "fwmark 7"
+    scheduler: str
+    persistence: int
+    dests: tuple = ()
+    stats: IpvsStats = IpvsStats()
+
+
+@dataclass(frozen=True)
+class IpvsOp:
+    """One IPVS change: verb is add/set/del, target is service or dest."""
+
+    verb: str
+    target: str
+    service: object  # ServiceKey
+    spec: object = None  # ServiceSpec for services, (DestKey, DestSpec) for dests
+    dest: object = None  # DestKey
+
+
+@dataclass
+class OpResult:
+    op: IpvsOp
+    error: Exception | None = None
+    errno: int = 0
+
+
+@runtime_checkable
+class Ipvs(Protocol):
+    def dump(self) -> list: ...  # [IpvsService]
+
+    def run(self, ops: list) -> list: ...  # [OpResult], one per op, same order
+
+
+@runtime_checkable
+class Addresses(Protocol):
+    def list(self) -> list: ...  # [(IPv4Address, prefixlen, ifname)]
+
+    def add(self, address) -> None: ...  # lbctl.state.Address
+
+    def remove(self, address) -> None: ...
+
+
+@runtime_checkable
+class Sysctls(Protocol):
+    def read(self, key: str) -> str | None: ...
+
+    def write(self, key: str, value: str) -> None: ...
+
+
+@runtime_checkable
+class Files(Protocol):
+    def read(self, path: str) -> tuple | None: ...  # (content, mode) or None
+
+    def write(self, path: str, content: str, mode: int) -> None: ...
+
+    def remove(self, path: str) -> None: ...
+
+    def readlink(self, path: str) -> str | None: ...
+
+    def symlink(self, path: str, target: str) -> None: ...
+
+
+@dataclass
+class Adapters:
+    ipvs: Ipvs | None
+    addresses: Addresses
+    sysctls: Sysctls
+    files: Files
+    ownership_dir: str = "/var/lib/lbctl"
+    # Counted by the executor: how many changes it made.
+    writes: list = field(default_factory=list)

@@ -1,0 +1,8 @@
+from lbctl.config import load_cluster
+
+
+def run(args, out):
+    cluster = load_cluster(args.file)
+    out.write(f"{args.file}: valid: cluster {cluster.name}, {len(cluster.balancers)} balancer(s), "
+              f"{len(cluster.workers)} worker(s), {len(cluster.services)} service(s)\n")
+    return 0

@@ -1,0 +1,1 @@
+"""Templates shipped from the top-level sysctl/ and systemd/ folders (see pyproject.toml)."""

@@ -1,0 +1,72 @@
+"""The state one node should have, from the validated cluster."""
+
+from lbctl.config.model import DestKey
+from lbctl.errors import NodeError
+from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
+from lbctl.render.systemd import render_worker_unit
+from lbctl.state import Address, DestSpec, FileSpec, NodeState, ServiceSpec
+
+
+def find_node(cluster, local_addresses, requested=None):
+    """The node name this host is: --node if given, else by its own addresses."""
+    nodes = cluster.node_names_by_address()
+    if requested is not None:
+        if requested not in cluster.balancers and requested not in cluster.workers:
+            known = ", ".join(sorted(list(cluster.balancers) + list(cluster.workers)))
+            raise NodeError(f"node {requested!r} is not in {cluster.source} (nodes: {known})")
+        return requested
+    matches = sorted({nodes[a] for a in local_addresses if a in nodes})
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise NodeError(f"none of this host's addresses is a node address in {cluster.source}; "
+                        "run on a node of the cluster or pass --node NAME")
+    raise NodeError(f"this host has the addresses of several nodes ({', '.join(matches)}); "
+                    "pass --node NAME")
+
+
+def role_of(cluster, node):
+    return "balancer" if node in cluster.balancers else "worker"
+
+
+def sysctl_path(cluster):
+    return f"/etc/sysctl.d/90-lbctl-{cluster.name}.conf"
+
+
+def unit_name(cluster):
+    return f"lbctl-{cluster.name}-vips.service"
+
+
+def desired_balancer(cluster, node, interface):
+    state = NodeState("balancer", node, cluster.name)
+    # A single balancer holds the VIPs itself; it answers ARP for them.
+    state.addresses = {Address(vip, interface) for vip in cluster.vips}
+    for svc in cluster.services.values():
+        state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence)
+        for rs in svc.real_servers:
+            state.dests[DestKey(svc.key, rs.address, svc.port)] = DestSpec(rs.weight)
+    return state
+
+
+def desired_worker(cluster, node, interface):
+    state = NodeState("worker", node, cluster.name)
+    worker = cluster.workers[node]
+    vips = sorted({s.vip for s in cluster.services.values()
+                   if any(rs.address == worker.address for rs in s.real_servers)})
+    state.addresses = {Address(vip, "lo") for vip in vips}
+    sysctl_text = render_worker_sysctl(cluster.name, interface)
+    state.sysctls = parse_sysctl_conf(sysctl_text)
+    unit = unit_name(cluster)
+    unit_path = f"/etc/systemd/system/{unit}"
+    state.files = {
+        sysctl_path(cluster): FileSpec(sysctl_text),
+        unit_path: FileSpec(render_worker_unit(cluster.name, vips, sysctl_path(cluster))),
+    }
+    state.links = {f"/etc/systemd/system/multi-user.target.wants/{unit}": unit_path}
+    return state
+
+
+def desired_state(cluster, node, interface):
+    if role_of(cluster, node) == "balancer":
+        return desired_balancer(cluster, node, interface)
+    return desired_worker(cluster, node, interface)

@@ -1,0 +1,56 @@
+"""Errors a person can act on.
+
+Config errors carry every problem found, each with its place in the file.
+Runtime errors name the operation and the object.  The CLI turns both into
+messages and exit codes; nothing else prints tracebacks.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    file: str
+    line: int  # 1-based
+    col: int  # 1-based
+    message: str
+    source_line: str = ""
+
+    def format(self):
+        head = f"{self.file}:{self.line}:{self.col}: {self.message}"
+        if not self.source_line:
+            return head
+        caret = " " * (self.col - 1) + "^"
+        return f"{head}\n    {self.source_line}\n    {caret}"
+
+
+class LbctlError(Exception):
+    """Base class: an error with a message meant for the user."""
+
+    exit_code = 1
+
+
+class ConfigError(LbctlError):
+    def __init__(self, diagnostics):
+        self.diagnostics = sorted(diagnostics, key=lambda d: (d.line, d.col, d.message))
+        super().__init__("\n".join(d.format() for d in self.diagnostics))
+
+
+class NodeError(LbctlError):
+    """This host cannot be matched to a node of the cluster file."""
+
+
+class ApplyError(LbctlError):
+    """A change the kernel or the filesystem refused, with what was being done."""
+
+    def __init__(self, operation, obj, reason):
+        self.operation, self.obj, self.reason = operation, obj, reason
+        super().__init__(f"apply: {operation} {obj}: {reason}")
+
+
+class LabError(LbctlError):
+    """The lab could not be built or driven."""
+
+
+class UsageError(LbctlError):
+    exit_code = 2

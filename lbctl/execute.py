@@ -1,0 +1,145 @@
+"""The one place that changes a node: it carries out a Plan through the adapters.
+
+Order: record ownership, then everything that adds or changes, then (only if
+all of that worked) everything that removes, then narrow the ownership
+record.  Stopping anywhere leaves a state the next apply converges from.
+"""
+
+import errno
+import os
+from dataclasses import dataclass, field
+
+from lbctl.adapters.protocols import IpvsOp
+from lbctl.errors import ApplyError
+from lbctl.ownership import write_ownership
+from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, REMOVE
+from lbctl.state import DestSpec
+
+IPVS_KINDS = ("service", "real server")
+
+
+@dataclass
+class ApplyReport:
+    done: list = field(default_factory=list)  # Changes made
+    pending: list = field(default_factory=list)  # real servers left draining
+    writes: int = 0
+
+
+def execute(plan, adapters):
+    report = ApplyReport()
+    files = adapters.files
+    if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_before):
+        report.writes += 1
+    adds = [c for c in plan.changes if c.action in (ADD, CHANGE)]
+    removes = [c for c in plan.changes if c.action in (DRAIN, REMOVE)]
+    report.pending += [c for c in plan.changes if c.action == DRAINING]
+
+    _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS], report)
+    ipvs_adds = [c for c in adds if c.kind in IPVS_KINDS]
+    _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_adds], ipvs_adds, report)
+
+    drains = [c for c in removes if c.action == DRAIN]
+    if drains:
+        _drain(adapters, drains, report)
+    ipvs_removes = [c for c in removes if c.action == REMOVE and c.kind in IPVS_KINDS]
+    _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_removes], ipvs_removes, report)
+    _apply_local(adapters, [c for c in removes if c.kind not in IPVS_KINDS], report)
+
+    if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after):
+        report.writes += 1
+    units_changed = any(c.kind in ("file", "link") and c.key.endswith(".service")
+                        for c in report.done)
+    if units_changed and adapters.files.root == "/":
+        _systemd_reload()
+    return report
+
+
+def _ipvs_op(change):
+    verb = {ADD: "add", CHANGE: "set", REMOVE: "del"}[change.action]
+    if change.kind == "service":
+        return IpvsOp(verb, "service", change.key, change.new)
+    return IpvsOp(verb, "dest", change.key.service, change.new, change.key)
+
+
+def _apply_ipvs(adapters, ops, changes, report):
+    if not ops:
+        return
+    results = adapters.ipvs.run(ops)
+    failed = [(c, r) for c, r in zip(changes, results) if r.error is not None]
+    report.done += [c for c, r in zip(changes, results) if r.error is None]
+    report.writes += len(ops) - len(failed)
+    if failed:
+        change, result = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise ApplyError(_verb(change), f"{change.kind} {change.key}",
+                         _ipvs_reason(change, result.errno) + more)
+
+
+def _drain(adapters, drains, report):
+    """Weight 0 first; real servers that are then idle are deleted in the same apply."""
+    zero = [IpvsOp("set", "dest", c.key.service, DestSpec(0, c.old.forward), c.key) for c in drains]
+    _apply_ipvs(adapters, zero, drains, report)
+    active = {}
+    for svc in adapters.ipvs.dump():
+        for d in svc.dests:
+            active[(svc.key, d.address, d.port)] = d.active
+    idle, busy = [], []
+    for c in drains:
+        (busy if active.get((c.key.service, c.key.address, c.key.port), 0) else idle).append(c)
+    report.pending += busy
+    _apply_ipvs(adapters, [IpvsOp("del", "dest", c.key.service, None, c.key) for c in idle],
+                idle, report)
+
+
+def _apply_local(adapters, changes, report):
+    for change in changes:
+        try:
+            if change.kind == "address":
+                (adapters.addresses.add if change.action == ADD else adapters.addresses.remove)(change.key)
+            elif change.kind == "sysctl":
+                adapters.sysctls.write(change.key, change.new)
+            elif change.kind == "file":
+                if change.action == REMOVE:
+                    adapters.files.remove(change.key)
+                else:
+                    adapters.files.write(change.key, change.new.content, change.new.mode)
+            elif change.kind == "link":
+                if change.action == REMOVE:
+                    adapters.files.remove(change.key)
+                else:
+                    adapters.files.symlink(change.key, change.new)
+        except Exception as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise ApplyError(_verb(change), f"{change.kind} {change.key}", reason) from exc
+        report.done.append(change)
+        report.writes += 1
+
+
+def _verb(change):
+    return {ADD: "add", CHANGE: "change", DRAIN: "drain", REMOVE: "remove"}.get(change.action, change.action)
+
+
+def _ipvs_reason(change, code):
+    if change.kind == "real server" and code == errno.EINVAL:
+        return (f"the kernel refused it (EINVAL): {change.key.address} has no route from this "
+                "balancer or is not a unicast address; direct routing needs the real server "
+                "on a directly connected network")
+    if change.kind == "service" and code == errno.ENOENT and change.new is not None:
+        return (f"scheduler {change.new.scheduler} is not available in this kernel "
+                f"(module ip_vs_{change.new.scheduler} missing)")
+    if code == errno.EEXIST:
+        return "it already exists (was it changed by something else during apply?)"
+    if code == errno.ESRCH:
+        return "the service is gone (was it changed by something else during apply?)"
+    if code in (errno.EPERM, errno.EACCES):
+        return "permission denied: run as root"
+    return os.strerror(code) if code else "failed"
+
+
+def _systemd_reload():
+    """Tell a running systemd about changed units; without systemd (the lab) nothing to do."""
+    if not os.path.isdir("/run/systemd/system"):
+        return
+    import subprocess
+
+    subprocess.run(["systemctl", "daemon-reload"], check=False)

@@ -1,0 +1,64 @@
+"""PID 1 of the lab VM, after the initramfs has built the copy-on-write root.
+
+It gives the guest the mounts a normal boot would (proc, sys, run), makes the
+lab kernel's modules loadable, runs the one job the host asked for, and writes
+its exit status where the host can read it after the VM powers off.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+MODULES = (
+    "ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_lc", "ip_vs_wlc", "ip_vs_sh",
+    "ip_vs_dh", "ip_vs_mh", "ip_vs_sed", "ip_vs_nq", "ip_vs_lblc",
+    "ip_vs_lblcr", "ip_vs_fo", "ip_vs_ovf",
+    "veth", "bridge", "dummy", "sch_tbf", "af_packet",
+)
+
+
+def _mount(fstype, target, source=None, options=None):
+    os.makedirs(target, exist_ok=True)
+    argv = ["mount", "-t", fstype]
+    if options:
+        argv += ["-o", options]
+    subprocess.run(argv + [source or fstype, target], check=True)
+
+
+def _prepare_system(job):
+    _mount("proc", "/proc")
+    _mount("sysfs", "/sys")
+    _mount("tmpfs", "/run", options="mode=0755")
+    _mount("tmpfs", "/dev/shm", options="mode=1777")
+    os.makedirs("/run/netns", exist_ok=True)
+    release = os.uname().release
+    target = f"/lib/modules/{release}"
+    os.makedirs(target, exist_ok=True)
+    subprocess.run(["mount", "--bind", job["modules"], target], check=True)
+    for name in MODULES:
+        subprocess.run(["modprobe", name], check=False)
+    subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
+    # The guest's hostname stands out in logs and prompts.
+    subprocess.run(["hostname", "lbctl-lab"], check=False)
+
+
+def main(results_dir):
+    os.environ["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    with open(os.path.join(results_dir, "job.json")) as fh:
+        job = json.load(fh)
+    status = 1
+    try:
+        _prepare_system(job)
+        status = subprocess.run(job["argv"], cwd=job["cwd"], env=job["env"]).returncode
+    except Exception as exc:  # PID 1 must always reach poweroff
+        print(f"lab-vm: {exc}", file=sys.stderr, flush=True)
+    with open(os.path.join(results_dir, "exit-status"), "w") as fh:
+        fh.write(f"{status}\n")
+    os.sync()
+    subprocess.run(["umount", results_dir], check=False)
+    subprocess.run(["busybox", "poweroff", "-f"], check=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,224 @@
+"""The cluster in network namespaces: one bridge, a client, the balancer, the workers.
+
+Each node gets its own namespace with eth0 on a shared bridge, its own file
+root for what lbctl writes (--root), and, on workers, a real HTTP server
+(busybox httpd) and a UDP responder that name the worker in their replies.
+lbctl runs inside each namespace exactly as it would on a Pi.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from lbctl.config import load_cluster
+from lbctl.errors import LabError
+
+BLOB_BYTES = 1 << 20  # the file the DSR proof downloads
+
+
+def run(argv, check=True, **kw):
+    done = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if check and done.returncode != 0:
+        raise LabError(f"{' '.join(argv)}: {(done.stderr or done.stdout).strip()}")
+    return done
+
+
+@dataclass
+class LabNode:
+    name: str
+    role: str  # client, balancer, worker
+    address: str
+    netns: str
+    root: str
+    processes: list = field(default_factory=list)
+
+
+class Lab:
+    """A lab whose namespaces come from `cluster`; apply may use other files later."""
+
+    def __init__(self, cluster, cluster_file, prefix="lab"):
+        self.cluster = cluster
+        self.cluster_file = os.path.abspath(cluster_file)
+        self.prefix = prefix
+        self.workdir = tempfile.mkdtemp(prefix="lbctl-lab-")
+        self.lan = f"{prefix}-lan"
+        self.nodes = {}
+        prefixlen = cluster.network.prefixlen
+        self.prefixlen = prefixlen
+        for name, b in cluster.balancers.items():
+            self._add_node(name, "balancer", str(b.address))
+        for name, w in cluster.workers.items():
+            self._add_node(name, "worker", str(w.address))
+        self._add_node("client", "client", str(self._client_address()))
+
+    def _add_node(self, name, role, address):
+        root = os.path.join(self.workdir, name)
+        os.makedirs(root)
+        self.nodes[name] = LabNode(name, role, address, f"{self.prefix}-{name}", root)
+
+    def _client_address(self):
+        used = {a for a in self.cluster.node_names_by_address()} | set(self.cluster.vips)
+        for host in reversed(list(self.cluster.network.hosts())):
+            if host not in used:
+                return host
+        raise LabError(f"no free address for the lab client in {self.cluster.network}")
+
+    # -- building ------------------------------------------------------------
+    def build(self):
+        self.teardown(quiet=True)
+        run(["ip", "netns", "add", self.lan])
+        run(["ip", "-n", self.lan, "link", "add", "br0", "type", "bridge"])
+        run(["ip", "-n", self.lan, "link", "set", "br0", "up"])
+        for i, node in enumerate(self.nodes.values()):
+            run(["ip", "netns", "add", node.netns])
+            peer = f"p{i}"
+            run(["ip", "link", "add", "eth0", "netns", node.netns, "type", "veth",
+                 "peer", "name", peer, "netns", self.lan])
+            run(["ip", "-n", self.lan, "link", "set", peer, "master", "br0", "up"])
+            run(["ip", "-n", node.netns, "address", "add", f"{node.address}/{self.prefixlen}",
+                 "dev", "eth0"])
+            run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
+            run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
+            # A fresh namespace starts from the kernel defaults for ARP; make
+            # the lab start from them even where the host set conf/all.
+            for key in ("arp_ignore", "arp_announce"):
+                for scope in ("all", "eth0"):
+                    self.sh(node.name, ["sysctl", "-q", "-w", f"net.ipv4.conf.{scope}.{key}=0"])
+            if node.role == "worker":
+                self._start_servers(node)
+        return self
+
+    def _start_servers(self, node):
+        docroot = os.path.join(self.workdir, f"{node.name}-www")
+        os.makedirs(docroot)
+        with open(os.path.join(docroot, "index.html"), "w") as fh:
+            fh.write(f"served by {node.name}\n")
+        with open(os.path.join(docroot, "blob"), "wb") as fh:
+            fh.write(os.urandom(BLOB_BYTES))
+        # Inside its own namespace the worker listens on every address: the
+        # VIP on lo is how direct-routed requests reach it.
+        self.spawn(node.name, ["busybox", "httpd", "-f", "-p", "0.0.0.0:80", "-h", docroot])
+        for svc in self.cluster.services.values():
+            if svc.protocol == "udp" and any(rs.worker == node.name for rs in svc.real_servers):
+                self.spawn(node.name, [sys.executable, "-m", "lbctl.lab.udp_responder",
+                                       "--name", node.name, "--port", str(svc.port),
+                                       "--bind", "0.0.0.0"])
+        self._wait_listening(node, 80)
+
+    def _wait_listening(self, node, port, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.sh(node.name, ["ss", "-Hltn", f"sport = :{port}"], check=False).stdout
+            if out.strip():
+                return
+            time.sleep(0.2)
+        raise LabError(f"{node.name}: nothing listening on port {port} after {timeout}s")
+
+    # -- driving -------------------------------------------------------------
+    def sh(self, node, argv, check=True, **kw):
+        return run(["ip", "netns", "exec", self.nodes[node].netns] + list(argv), check=check, **kw)
+
+    def spawn(self, node, argv):
+        proc = subprocess.Popen(["ip", "netns", "exec", self.nodes[node].netns] + list(argv),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.nodes[node].processes.append(proc)
+        return proc
+
+    def lbctl_argv(self, *args, node):
+        """lbctl's command line on a node, with the node's own file root for apply and plan."""
+        argv = [sys.executable, "-m", "lbctl"] + list(args)
+        if args and args[0] in ("apply", "plan"):
+            argv += ["--root", self.nodes[node].root]
+        return argv
+
+    def lbctl(self, node, *args, check=False):
+        """Run lbctl on a node as a user would: inside its namespace."""
+        return self.sh(node, self.lbctl_argv(*args, node=node), check=check)
+
+    def apply_all(self, cluster_file=None, extra=()):
+        """Apply on every worker (in parallel), then on the balancers, as a rollout would."""
+        path = str(cluster_file or self.cluster_file)
+        declared = load_cluster(path)
+        workers = [n for n in declared.workers if n in self.nodes]
+        balancers = [n for n in declared.balancers if n in self.nodes]
+        results = {}
+        for group in (workers, balancers):
+            procs = {name: subprocess.Popen(
+                ["ip", "netns", "exec", self.nodes[name].netns,
+                 *self.lbctl_argv("apply", path, *extra, node=name)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in group}
+            for name, proc in procs.items():
+                out, err = proc.communicate()
+                results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        return results
+
+    def curl(self, url, node="client", timeout=5):
+        return self.sh(node, ["curl", "-sS", "--max-time", str(timeout), url], check=False)
+
+    def udp_ask(self, address, port, node="client", count=1, timeout=2):
+        code = ("import socket,sys\n"
+                "for _ in range(int(sys.argv[3])):\n"
+                " s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM); s.settimeout(float(sys.argv[4]))\n"
+                " s.sendto(b'who', (sys.argv[1], int(sys.argv[2])))\n"
+                " try: print(s.recv(2048).decode().strip())\n"
+                " except OSError: print('timeout')\n")
+        out = self.sh(node, [sys.executable, "-c", code, str(address), str(port), str(count),
+                             str(timeout)]).stdout
+        return out.splitlines()
+
+    def hold_connections(self, address, port, count, seconds, node="client"):
+        """Open `count` TCP connections and keep them established for `seconds`.
+
+        Each sends the start of a request and waits, as a slow client would, so
+        the balancer counts them as active until the holder process ends.
+        """
+        code = ("import socket,sys,time\n"
+                "socks=[socket.create_connection((sys.argv[1], int(sys.argv[2])))"
+                " for _ in range(int(sys.argv[3]))]\n"
+                "[s.sendall(b'GET /') for s in socks]\n"
+                "time.sleep(float(sys.argv[4]))\n")
+        return self.spawn(node, [sys.executable, "-c", code, str(address), str(port),
+                                 str(count), str(seconds)])
+
+    def iface_bytes(self, node, ifname="eth0"):
+        """(rx_bytes, tx_bytes) of an interface in a node's namespace."""
+        out = run(["ip", "-n", self.nodes[node].netns, "-j", "-s", "link", "show", ifname]).stdout
+        stats = json.loads(out)[0]["stats64"]
+        return stats["rx"]["bytes"], stats["tx"]["bytes"]
+
+    def mac(self, node, ifname="eth0"):
+        out = run(["ip", "-n", self.nodes[node].netns, "-j", "link", "show", ifname]).stdout
+        return json.loads(out)[0]["address"]
+
+    # -- teardown ------------------------------------------------------------
+    def teardown(self, quiet=False):
+        for node in self.nodes.values():
+            for proc in node.processes:
+                proc.terminate()
+            for proc in node.processes:
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            node.processes.clear()
+        for netns in [n.netns for n in self.nodes.values()] + [self.lan]:
+            pids = run(["ip", "netns", "pids", netns], check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            run(["ip", "netns", "del", netns], check=False)
+        if not quiet:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.build()
+
+    def __exit__(self, *exc):
+        self.teardown()

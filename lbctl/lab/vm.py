@@ -1,0 +1,195 @@
+"""Run a command inside a small VM whose kernel has IPVS.
+
+Where the host kernel lacks IPVS (as on many CI machines), the lab boots
+Debian's own kernel under qemu (KVM when /dev/kvm works, else emulation),
+with the host's root filesystem shared read-only over 9p and a tmpfs overlay
+on top.  Everything installed on the host, the venv included, works inside,
+and nothing the lab writes reaches the host.  One VM serves a whole test
+session: booting costs a few seconds, so it is never done per test.
+
+User-mode Linux was tried first: its 6.1 kernel cannot keep AVX-512 state on
+hosts with AMX, and Python crashes at start-up there.  A real kernel under
+qemu has no such limit.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+KERNEL_METAPACKAGE = "linux-image-amd64"
+INITRAMFS_MODULES = (
+    "virtio", "virtio_ring", "virtio_pci_legacy_dev", "virtio_pci_modern_dev",
+    "virtio_pci", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "overlay",
+)
+
+
+class LabVmError(RuntimeError):
+    pass
+
+
+def host_has_ipvs():
+    """True when this kernel can run IPVS itself (a Pi, a distro kernel)."""
+    if os.path.exists("/proc/net/ip_vs"):
+        return True
+    probe = subprocess.run(["modprobe", "-q", "ip_vs"], capture_output=True)
+    return probe.returncode == 0 and os.path.exists("/proc/net/ip_vs")
+
+
+def cache_dir():
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "lbctl" / "lab-kernel"
+
+
+def _run(argv, **kw):
+    done = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        raise LabVmError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout
+
+
+def _kernel_package():
+    """The versioned package behind Debian's kernel metapackage."""
+    out = _run(["apt-cache", "depends", KERNEL_METAPACKAGE])
+    for line in out.splitlines():
+        name = line.strip().removeprefix("Depends:").strip()
+        if line.strip().startswith("Depends:") and name.startswith("linux-image-"):
+            return name
+    raise LabVmError(f"apt-cache knows no kernel behind {KERNEL_METAPACKAGE}; run apt-get update")
+
+
+def ensure_kernel():
+    """Download and unpack Debian's kernel once; returns (vmlinuz, modules dir)."""
+    package = _kernel_package()
+    release = package.removeprefix("linux-image-")
+    root = cache_dir() / release
+    vmlinuz = root / "boot" / f"vmlinuz-{release}"
+    modules = root / "lib" / "modules" / release
+    if not (modules / "modules.dep").exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
+            _run(["apt-get", "download", package], cwd=tmp)
+            (deb,) = Path(tmp).glob("*.deb")
+            unpacked = Path(tmp) / "root"
+            _run(["dpkg-deb", "-x", str(deb), str(unpacked)])
+            _run(["depmod", "-b", str(unpacked), release])
+            shutil.rmtree(root, ignore_errors=True)
+            unpacked.rename(root)
+    return vmlinuz, modules
+
+
+def _module_paths(modules):
+    """INITRAMFS_MODULES with their dependencies, in load order."""
+    deps = {}
+    for line in (modules / "modules.dep").read_text().splitlines():
+        path, _, needs = line.partition(":")
+        deps[Path(path).name.split(".ko")[0]] = (path, needs.split())
+    by_path = {path: name for name, (path, _) in deps.items()}
+    order = []
+
+    def visit(name):
+        path, needs = deps[name]
+        for dep in reversed(needs):
+            visit(by_path[dep])
+        if path not in order:
+            order.append(path)
+
+    for name in INITRAMFS_MODULES:
+        visit(name.replace("-", "_"))
+    return order
+
+
+def build_initramfs(modules, out):
+    busybox = shutil.which("busybox", path="/bin:/usr/bin")
+    static = "/bin/busybox" if Path("/bin/busybox").exists() else busybox
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp)
+        for d in ("bin", "proc", "sys", "dev", "modules"):
+            (tree / d).mkdir()
+        shutil.copy2(static, tree / "bin" / "busybox")
+        for applet in ("sh", "mount", "insmod", "mkdir", "sed", "cat", "switch_root", "echo"):
+            (tree / "bin" / applet).symlink_to("busybox")
+        names = []
+        for rel in _module_paths(modules):
+            shutil.copy2(modules / rel, tree / "modules" / Path(rel).name)
+            names.append(Path(rel).name)
+        (tree / "modules.order").write_text("\n".join(names) + "\n")
+        init = tree / "init"
+        shutil.copy2(Path(__file__).with_name("guest_init.sh"), init)
+        init.chmod(0o755)
+        files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
+        with open(out, "wb") as fh:
+            subprocess.run(["cpio", "--quiet", "-o", "-H", "newc"], cwd=tree,
+                           input="\n".join(files).encode(), stdout=fh, check=True)
+
+
+def run(argv, cwd=None, memory_mb=2048, cpus=2, log=None):
+    """Run argv inside the lab VM and return its exit status."""
+    vmlinuz, modules = ensure_kernel()
+    results = Path(tempfile.mkdtemp(prefix="lbctl-lab-", dir=_results_parent()))
+    try:
+        initrd = results / "initrd.cpio"
+        build_initramfs(modules, initrd)
+        # The guest's console is a terminal even when ours is a CI log: pass on
+        # whether colours make sense here.
+        env = dict(os.environ, LBCTL_LAB_VM="1")
+        env.setdefault("PY_COLORS", "1" if sys.stdout.isatty() else "0")
+        job = {"argv": list(argv), "cwd": str(cwd or os.getcwd()), "env": env,
+               "modules": str(modules)}
+        (results / "job.json").write_text(json.dumps(job))
+        cmdline = ("console=ttyS0 quiet loglevel=3 panic=-1 net.ifnames=0 "
+                   f"lbctl.results={results} lbctl.python={sys.executable}")
+        qemu = [
+            "qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
+            "-m", str(memory_mb), "-smp", str(cpus), "-nodefaults", "-no-reboot",
+            "-display", "none", "-monitor", "none", "-serial", "stdio",
+            "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
+            "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
+            "-virtfs", f"local,path={results},mount_tag=results,security_model=none",
+        ]
+        subprocess.run(qemu, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                       if log else None, check=False)
+        status_file = results / "exit-status"
+        if not status_file.exists():
+            raise LabVmError("the lab VM stopped without reporting an exit status")
+        return int(status_file.read_text())
+    finally:
+        shutil.rmtree(results, ignore_errors=True)
+
+
+def _results_parent():
+    """A host directory outside /tmp: the guest mounts its own /run and /tmp."""
+    parent = cache_dir().parent / "runs"
+    parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return parent
+
+
+def run_with_ipvs(argv, cwd=None):
+    """Run argv where IPVS works: right here when the kernel has it, else in the lab VM."""
+    if os.environ.get("LBCTL_LAB_VM") == "1" or host_has_ipvs():
+        return subprocess.run(argv, cwd=cwd).returncode
+    print("lbctl lab: this kernel has no IPVS; booting Debian's kernel in a VM "
+          "(a few seconds with KVM, longer under emulation)", file=sys.stderr, flush=True)
+    return run(argv, cwd=cwd)
+
+
+def main(argv=None):
+    """python -m lbctl.lab.vm [--] COMMAND...: run COMMAND with a real IPVS kernel."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("usage: python -m lbctl.lab.vm [--] COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    try:
+        return run_with_ipvs(argv)
+    except LabVmError as exc:
+        print(f"lbctl lab: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Everything plan and apply need about this node, gathered in one place.
+
+Validation and node lookup run before pyroute2 is imported, so a bad file is
+reported fast and without touching the kernel.
+"""
+
+from dataclasses import dataclass
+from ipaddress import IPv4Network
+
+from lbctl.adapters.protocols import Adapters
+from lbctl.config import load_cluster
+from lbctl.desired import desired_state, find_node, role_of
+from lbctl.errors import NodeError
+from lbctl.observe import node_interface, observe
+from lbctl.ownership import read_ownership
+from lbctl.plan import make_plan
+
+
+@dataclass
+class NodeContext:
+    cluster: object
+    node: str
+    desired: object
+    observed: object
+    owned: object
+    adapters: Adapters
+    plan: object
+
+
+def connected_networks(address_list, ifname):
+    return [IPv4Network(f"{ip}/{prefix}", strict=False) for ip, prefix, name in address_list
+            if name == ifname and prefix < 32]
+
+
+def check_real_servers_reachable(desired, address_list, ifname):
+    """Direct routing forwards by MAC: every real server must be on a LAN of this interface."""
+    networks = connected_networks(address_list, ifname)
+    shown = ", ".join(str(n) for n in networks) or "none"
+    for key in sorted(desired.dests):
+        if not any(key.address in net for net in networks):
+            raise NodeError(f"plan: real server {key.address} of {key.service} is not on a "
+                            f"network directly connected to {ifname} (connected: {shown}); "
+                            "direct routing needs the workers on the balancer's LAN")
+
+
+def load_node(path, node=None, root="/", force=False):
+    cluster = load_cluster(path)
+    from lbctl.adapters.addrs import AddressNetlink, local_ipv4_addresses
+    from lbctl.adapters.files import FilesRoot
+    from lbctl.adapters.sysctl import SysctlProc
+
+    name = find_node(cluster, local_ipv4_addresses(), node)
+    addresses = AddressNetlink()
+    address_list = addresses.list()
+    ifname = node_interface(cluster, name, address_list)
+    if not any(n == ifname for _, _, n in address_list) and ifname not in _link_names():
+        raise NodeError(f"node {name}: interface {ifname} does not exist on this host")
+    desired = desired_state(cluster, name, ifname)
+    ipvs = None
+    if role_of(cluster, name) == "balancer":
+        check_real_servers_reachable(desired, address_list, ifname)
+        from lbctl.adapters.ipvs import IpvsNetlink
+
+        ipvs = IpvsNetlink()
+    adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
+                        files=FilesRoot(root))
+    owned = read_ownership(adapters.files, adapters.ownership_dir, cluster.name)
+    observed = observe(desired, owned, adapters, address_list)
+    plan = make_plan(desired, observed, owned, force=force)
+    return NodeContext(cluster, name, desired, observed, owned, adapters, plan)
+
+
+def _link_names():
+    import os
+
+    return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()

@@ -1,0 +1,139 @@
+"""The difference between what a node has and what the file wants.
+
+Pure: it takes two NodeStates and the ownership record and returns an
+ordered list of changes.  Additions and changes come before removals, so a
+service never goes without real servers while it is being edited, and only
+objects the file declares, or lbctl created earlier, are ever touched.
+"""
+
+from dataclasses import dataclass, field
+
+from lbctl.state import Ownership
+
+ADD, CHANGE, DRAIN, DRAINING, REMOVE = "add", "change", "drain", "draining", "remove"
+SYMBOLS = {ADD: "+", CHANGE: "~", DRAIN: "-", DRAINING: "~", REMOVE: "-"}
+
+
+@dataclass(frozen=True)
+class Change:
+    action: str
+    kind: str  # "address", "service", "real server", "sysctl", "file", "link"
+    key: object
+    new: object = None
+    old: object = None
+    note: str = ""
+
+    def __str__(self):
+        text = f"{SYMBOLS[self.action]} {self.kind} {self.key}"
+        return f"{text}{self.note}"
+
+
+@dataclass
+class Plan:
+    node: str
+    role: str
+    cluster: str
+    changes: list = field(default_factory=list)
+    # Ownership to record before the changes run, and after they all succeed.
+    owned_before: Ownership = field(default_factory=Ownership)
+    owned_after: Ownership = field(default_factory=Ownership)
+
+    @property
+    def empty(self):
+        return not self.changes
+
+    def counts(self):
+        add = sum(c.action == ADD for c in self.changes)
+        change = sum(c.action in (CHANGE, DRAINING) for c in self.changes)
+        remove = sum(c.action in (DRAIN, REMOVE) for c in self.changes)
+        return add, change, remove
+
+
+def _service_note(spec):
+    persist = f" persistence {spec.persistence}s" if spec.persistence else ""
+    return f" scheduler {spec.scheduler}{persist}"
+
+
+def make_plan(desired, observed, owned, force=False):
+    """Changes that take `observed` to `desired` on this node."""
+    plan = Plan(desired.node, desired.role, desired.cluster)
+    adds, removes = [], []
+
+    for addr in sorted(desired.addresses - observed.addresses):
+        adds.append(Change(ADD, "address", addr))
+    for key, value in desired.sysctls.items():
+        if observed.sysctls.get(key) != value:
+            adds.append(Change(CHANGE, "sysctl", key, value, observed.sysctls.get(key),
+                               f" = {value} (now {observed.sysctls.get(key, 'unset')})"))
+    for path, spec in sorted(desired.files.items()):
+        old = observed.files.get(path)
+        if old != spec:
+            adds.append(Change(ADD if old is None else CHANGE, "file", path, spec, old))
+    for path, target in sorted(desired.links.items()):
+        if observed.links.get(path) != target:
+            adds.append(Change(ADD, "link", path, target, observed.links.get(path),
+                               f" -> {target}"))
+
+    for key, spec in sorted(desired.services.items()):
+        old = observed.services.get(key)
+        if old is None:
+            adds.append(Change(ADD, "service", key, spec, note=_service_note(spec)))
+        elif old != spec:
+            adds.append(Change(CHANGE, "service", key, spec, old,
+                               f"{_service_note(old)} ->{_service_note(spec)}"))
+    for key, spec in sorted(desired.dests.items()):
+        old = observed.dests.get(key)
+        if old is None:
+            adds.append(Change(ADD, "real server", key, spec, note=f" weight {spec.weight} route"))
+        elif not old.same_config(spec):
+            adds.append(Change(CHANGE, "real server", key, spec, old,
+                               f" weight {old.weight} -> {spec.weight}"))
+
+    ours = owned.services | set(desired.services)
+    leaving_services = {k for k in observed.services if k in owned.services
+                        and k not in desired.services}
+    for key, spec in sorted(observed.dests.items()):
+        if key in desired.dests or key.service not in ours or key.service in leaving_services:
+            continue
+        removes.append(_dest_removal(key, spec, force))
+    for key in sorted(leaving_services):
+        removes.append(Change(REMOVE, "service", key, old=observed.services[key]))
+    for addr in sorted(observed.addresses & owned.addresses - desired.addresses):
+        removes.append(Change(REMOVE, "address", addr))
+    for path in sorted(owned.links - set(desired.links)):
+        if path in observed.links:
+            removes.append(Change(REMOVE, "link", path))
+    for path in sorted(owned.files - set(desired.files)):
+        if path in observed.files:
+            removes.append(Change(REMOVE, "file", path))
+
+    plan.changes = adds + removes
+    desired_owned = Ownership.of(desired)
+    plan.owned_before = owned.union(desired_owned)
+    # Draining real servers keep their service owned; they are inside it.
+    plan.owned_after = desired_owned
+    return plan
+
+
+def _dest_removal(key, spec, force):
+    if force:
+        return Change(REMOVE, "real server", key, old=spec, note=" (forced)")
+    if spec.weight > 0:
+        note = " (idle: weight 0, then delete)" if spec.active == 0 else \
+            f" (weight {spec.weight} -> 0, drain {spec.active} active connections)"
+        return Change(DRAIN, "real server", key, old=spec, note=note)
+    if spec.active > 0:
+        return Change(DRAINING, "real server", key, old=spec,
+                      note=f" draining (weight 0, {spec.active} active connections;"
+                           " deleted once idle, or now with --force)")
+    return Change(REMOVE, "real server", key, old=spec, note=" (idle)")
+
+
+def format_plan(plan):
+    if plan.empty:
+        return f"{plan.role} {plan.node} of cluster {plan.cluster}: no changes"
+    lines = [f"{plan.role} {plan.node} of cluster {plan.cluster}:"]
+    lines += [f"  {change}" for change in plan.changes]
+    add, change, remove = plan.counts()
+    lines.append(f"{add} to add, {change} to change, {remove} to remove.")
+    return "\n".join(lines)

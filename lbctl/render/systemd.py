@@ -1,0 +1,16 @@
+"""The boot unit that restores a worker's VIPs on lo."""
+
+from lbctl.render.templates import render
+
+WORKER_UNIT_TEMPLATE = "lbctl-worker-vips.service"
+
+
+def render_worker_unit(cluster_name, vips, sysctl_file, ip="/usr/sbin/ip", sysctl="/usr/sbin/sysctl"):
+    return render("systemd", WORKER_UNIT_TEMPLATE, cluster=cluster_name, vips=vips,
+                  sysctl_file=sysctl_file, ip=ip, sysctl=sysctl)
+
+
+def exec_start_lines(unit_text):
+    """The commands the unit runs, as argument lists, in order."""
+    return [line.partition("=")[2].split() for line in unit_text.splitlines()
+            if line.startswith("ExecStart=")]

@@ -1,0 +1,83 @@
+"""What a node holds: the same shape for what the file wants and what is there.
+
+Desired state comes from the cluster file (desired.py); observed state from
+the kernel and the filesystem (observe.py).  The plan is the difference.
+"""
+
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address
+
+FWD_DIRECT_ROUTING = 3  # IP_VS_CONN_F_DROUTE: rewrite the MAC only
+
+
+@dataclass(frozen=True, order=True)
+class Address:
+    """An address of ours on an interface: a VIP as /32."""
+
+    ip: IPv4Address
+    ifname: str
+    prefixlen: int = 32
+
+    def __str__(self):
+        return f"{self.ip}/{self.prefixlen} dev {self.ifname}"
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    scheduler: str
+    persistence: int = 0  # seconds; 0 means off
+
+
+@dataclass(frozen=True)
+class DestSpec:
+    weight: int
+    forward: int = FWD_DIRECT_ROUTING
+    # Only observed state fills these in.
+    active: int = 0
+    inactive: int = 0
+
+    def same_config(self, other):
+        return (self.weight, self.forward) == (other.weight, other.forward)
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    content: str
+    mode: int = 0o644
+
+
+@dataclass
+class NodeState:
+    role: str  # "balancer" or "worker"
+    node: str
+    cluster: str
+    addresses: set = field(default_factory=set)  # {Address}
+    services: dict = field(default_factory=dict)  # {ServiceKey: ServiceSpec}
+    dests: dict = field(default_factory=dict)  # {DestKey: DestSpec}
+    sysctls: dict = field(default_factory=dict)  # {"net.ipv4...": "1"}
+    files: dict = field(default_factory=dict)  # {"/etc/...": FileSpec}
+    links: dict = field(default_factory=dict)  # {"/etc/...wants/x": "/etc/.../x"}
+
+
+@dataclass
+class Ownership:
+    """What lbctl created on this node for a cluster, so it may remove it later.
+
+    The plan itself is a diff against the kernel; this record only answers
+    "is this object ours?" for objects the file no longer declares.  It is
+    widened before anything is created and narrowed after things are removed,
+    so after any interruption it still covers everything lbctl made.
+    """
+
+    services: set = field(default_factory=set)  # {ServiceKey}
+    addresses: set = field(default_factory=set)  # {Address}
+    files: set = field(default_factory=set)  # {path}
+    links: set = field(default_factory=set)  # {path}
+
+    def union(self, other):
+        return Ownership(self.services | other.services, self.addresses | other.addresses,
+                         self.files | other.files, self.links | other.links)
+
+    @classmethod
+    def of(cls, state):
+        return cls(set(state.services), set(state.addresses), set(state.files), set(state.links))

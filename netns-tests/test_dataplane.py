@@ -1,0 +1,88 @@
+"""What a user sees once the base cluster is applied: traffic, ARP, direct return."""
+
+import collections
+import re
+import subprocess
+
+
+from clusters import DNS_VIP, WEB_VIP
+
+
+def test_apply_then_requests_reach_every_worker_in_weight_proportion(lab, base):
+    answers = lab.ask_web(40)
+    counts = collections.Counter(answers)
+    # wrr with weights 1, 1, 2 hands out exactly this many of every 4 requests.
+    assert counts == {"served by pi1": 10, "served by pi2": 10, "served by pi3": 20}, counts
+
+
+def test_arp_for_the_vip_is_answered_only_by_the_balancer(lab, base):
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    out = lab.sh("client", ["arping", "-c", "3", "-i", "eth0", WEB_VIP], check=False).stdout
+    macs = set(re.findall(r"from ([0-9a-f:]{17})", out))
+    assert macs == {lab.mac("lb1")}, out
+    # The workers hold the VIP on lo, yet none of them claimed it.
+    assert not macs & {lab.mac(w) for w in ("pi1", "pi2", "pi3")}
+
+
+def _capture_response_macs(lab, requests):
+    dump = subprocess.Popen(
+        ["ip", "netns", "exec", lab.nodes["client"].netns, "tcpdump", "-i", "eth0", "-e", "-n",
+         "-l", "-c", "30", "tcp and src port 80"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while "listening on" not in dump.stderr.readline():
+            assert dump.poll() is None, "tcpdump stopped before it was listening"
+        lab.ask_web(requests)
+        out, _ = dump.communicate(timeout=60)
+    finally:
+        dump.kill()
+    return [line.split()[1] for line in out.splitlines() if " > " in line]
+
+
+def test_responses_reach_the_client_from_the_workers_macs(lab, base):
+    sources = _capture_response_macs(lab, 12)
+    workers = {lab.mac(w) for w in ("pi1", "pi2", "pi3")}
+    assert len(sources) >= 12
+    assert set(sources) <= workers, (sources, workers)
+    assert lab.mac("lb1") not in sources
+    # All three workers answered directly.
+    assert set(sources) == workers
+
+
+def test_a_udp_service_balances_too(lab, base):
+    answers = lab.udp_ask(DNS_VIP, 53, count=10)
+    assert collections.Counter(answers) == {"served by pi1": 5, "served by pi2": 5}, answers
+
+
+def test_the_balancer_carries_under_five_percent_of_response_bytes(lab, base):
+    b_rx0, b_tx0 = lab.iface_bytes("lb1")
+    c_rx0, _ = lab.iface_bytes("client")
+    for _ in range(6):
+        lab.sh("client", ["curl", "-sS", "-o", "/dev/null", f"http://{WEB_VIP}/blob"])
+    b_rx1, b_tx1 = lab.iface_bytes("lb1")
+    c_rx1, _ = lab.iface_bytes("client")
+    delivered = c_rx1 - c_rx0
+    through_balancer = (b_rx1 - b_rx0) + (b_tx1 - b_tx0)
+    assert delivered > 6 * 1_000_000
+    assert through_balancer < 0.05 * delivered, (through_balancer, delivered)
+
+
+def test_status_shows_services_real_servers_and_connections(lab, base):
+    lab.ask_web(4)
+    out = lab.lbctl("lb1", "status").stdout
+    assert f"tcp {WEB_VIP}:80 wrr" in out
+    for addr, weight in (("192.168.100.3", 1), ("192.168.100.4", 1), ("192.168.100.6", 2)):
+        assert re.search(rf"-> {re.escape(addr)}:80\s+route\s+weight {weight}\s", out), out
+    worker = lab.lbctl("pi1", "status").stdout
+    assert f"VIPs on lo: {WEB_VIP}, {DNS_VIP}" in worker
+    assert re.search(r"eth0\s+arp_ignore=1\s+arp_announce=2", worker), worker
+
+
+def test_status_json_reports_connection_counts(lab, base):
+    import json
+
+    lab.ask_web(6)
+    report = json.loads(lab.lbctl("lb1", "status", "--json").stdout)
+    web = next(s for s in report["services"] if s["service"] == f"tcp {WEB_VIP}:80")
+    assert web["connections"] >= 6
+    assert sum(d["inactive"] + d["active"] for d in web["real_servers"]) >= 1

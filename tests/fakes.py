@@ -1,0 +1,117 @@
+"""In-memory stand-ins for the adapters, for unit tests of the pure logic only.
+
+tests/test_adapters_contract.py checks each against the same Protocol as the
+real adapter it replaces.
+"""
+
+import errno
+
+from lbctl.adapters.protocols import IpvsDest, IpvsService, OpResult
+from lbctl.state import FWD_DIRECT_ROUTING
+
+
+class FakeIpvs:
+    def __init__(self):
+        self.services = {}  # ServiceKey -> ServiceSpec
+        self.dests = {}  # DestKey -> [weight, forward, active]
+        self.log = []
+        self.fail = {}  # (verb, target, key) -> errno
+
+    def dump(self):
+        result = []
+        for key, spec in sorted(self.services.items()):
+            dests = tuple(IpvsDest(d.address, d.port, w, fwd, active)
+                          for d, (w, fwd, active) in sorted(self.dests.items()) if d.service == key)
+            result.append(IpvsService(key, str(key), spec.scheduler, spec.persistence, dests))
+        return result
+
+    def run(self, ops):
+        results = []
+        for op in sorted(ops, key=lambda o: o.target != "service"):
+            key = op.service if op.target == "service" else op.dest
+            code = self.fail.get((op.verb, op.target, key), 0) or self._apply(op)
+            self.log.append((op.verb, op.target, str(key)))
+            results.append((op, OpResult(op, OSError(code, "fake") if code else None, code)))
+        order = {id(op): r for op, r in results}
+        return [order[id(op)] for op in ops]
+
+    def _apply(self, op):
+        if op.target == "service":
+            if op.verb == "add":
+                if op.service in self.services:
+                    return errno.EEXIST
+                self.services[op.service] = op.spec
+            elif op.verb == "set":
+                self.services[op.service] = op.spec
+            else:
+                self.services.pop(op.service, None)
+                for d in [d for d in self.dests if d.service == op.service]:
+                    del self.dests[d]
+            return 0
+        if op.service not in self.services:
+            return errno.ESRCH
+        if op.verb == "del":
+            self.dests.pop(op.dest, None)
+        else:
+            active = self.dests.get(op.dest, [0, 0, 0])[2]
+            self.dests[op.dest] = [op.spec.weight, op.spec.forward, active]
+        return 0
+
+    def set_active(self, dest_key, active):
+        self.dests[dest_key][2] = active
+
+
+class FakeAddresses:
+    def __init__(self, entries=()):
+        self.entries = set(entries)  # (ip, prefixlen, ifname)
+        self.log = []
+
+    def list(self):
+        return sorted(self.entries)
+
+    def add(self, address):
+        self.entries.add((address.ip, address.prefixlen, address.ifname))
+        self.log.append(("add", str(address)))
+
+    def remove(self, address):
+        self.entries.discard((address.ip, address.prefixlen, address.ifname))
+        self.log.append(("remove", str(address)))
+
+
+class FakeSysctls:
+    def __init__(self, values=None):
+        self.values = dict(values or {})
+
+    def read(self, key):
+        return self.values.get(key)
+
+    def write(self, key, value):
+        self.values[key] = value
+
+
+class FakeFiles:
+    def __init__(self):
+        self.root = "/fake"
+        self.files = {}
+        self.links = {}
+        self.writes = 0
+
+    def read(self, path):
+        return self.files.get(path)
+
+    def write(self, path, content, mode):
+        self.files[path] = (content, mode)
+        self.writes += 1
+
+    def remove(self, path):
+        self.files.pop(path, None)
+        self.links.pop(path, None)
+
+    def readlink(self, path):
+        return self.links.get(path)
+
+    def symlink(self, path, target):
+        self.links[path] = target
+
+
+__all__ = ["FakeIpvs", "FakeAddresses", "FakeSysctls", "FakeFiles", "FWD_DIRECT_ROUTING"]

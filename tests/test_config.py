@@ -1,0 +1,63 @@
+"""Loading and validating good files into the model."""
+
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+
+import pytest
+
+from helpers import PI_SINGLE, cluster_from
+from lbctl.config import load_cluster
+from lbctl.config.model import RealServer, ServiceKey
+from lbctl.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_shipped_example_is_valid():
+    cluster = load_cluster(ROOT / "examples" / "pi-single.yaml")
+    assert cluster.name == "pi-web"
+    assert set(cluster.workers) == {"pi1", "pi2", "pi3"}
+
+
+def test_defaults_fill_in_protocol_scheduler_weights_and_workers():
+    cluster = cluster_from(PI_SINGLE.replace(", scheduler: wrr", ""))
+    web = cluster.services["web"]
+    assert (web.protocol, web.scheduler, web.persistence) == ("tcp", "wlc", 0)
+    assert web.real_servers == (
+        RealServer("pi1", IPv4Address("192.168.100.3"), 1),
+        RealServer("pi2", IPv4Address("192.168.100.4"), 1),
+        RealServer("pi3", IPv4Address("192.168.100.6"), 2),
+    )
+    assert cluster.network == IPv4Network("192.168.100.0/24")
+
+
+def test_per_service_weights_override_worker_weights():
+    text = PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, workers: {pi1: 5, pi3: 0}}")
+    web = cluster_from(text).services["web"]
+    assert [(r.worker, r.weight) for r in web.real_servers] == [("pi1", 5), ("pi3", 0)]
+
+
+def test_service_keys_print_in_the_greppable_form():
+    cluster = cluster_from()
+    assert str(cluster.services["dns"].key) == "udp 192.168.100.11:53"
+    assert cluster.services["web"].key == ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
+
+
+def test_network_key_widens_the_l2_check():
+    text = PI_SINGLE.replace("pi3: {address: 192.168.100.6", "pi3: {address: 192.168.101.6")
+    with pytest.raises(ConfigError, match="not on the balancer's L2 network 192.168.100.0/24"):
+        cluster_from(text)
+    assert cluster_from("network: 192.168.100.0/23\n" + text).network.prefixlen == 23
+
+
+def test_an_empty_file_names_the_missing_sections(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    with pytest.raises(ConfigError) as err:
+        load_cluster(empty)
+    assert "missing required key 'cluster'" in str(err.value)
+
+
+def test_a_missing_file_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read file"):
+        load_cluster(tmp_path / "nope.yaml")

@@ -1,0 +1,82 @@
+"""From the cluster to one node's desired state."""
+
+from ipaddress import IPv4Address
+
+import pytest
+
+from helpers import cluster_from
+from lbctl.desired import desired_state, find_node
+from lbctl.errors import NodeError
+from lbctl.state import Address, DestSpec, ServiceSpec
+
+VIP = IPv4Address("192.168.100.10")
+DNS_VIP = IPv4Address("192.168.100.11")
+
+
+def test_find_node_by_local_address():
+    cluster = cluster_from()
+    assert find_node(cluster, {IPv4Address("127.0.0.1"), IPv4Address("192.168.100.4")}) == "pi2"
+
+
+def test_find_node_fails_clearly_without_a_match_or_with_several():
+    cluster = cluster_from()
+    with pytest.raises(NodeError, match="pass --node NAME"):
+        find_node(cluster, {IPv4Address("10.0.0.1")})
+    with pytest.raises(NodeError, match="several nodes"):
+        find_node(cluster, {IPv4Address("192.168.100.3"), IPv4Address("192.168.100.4")})
+    with pytest.raises(NodeError, match="not in"):
+        find_node(cluster, set(), requested="pi9")
+    assert find_node(cluster, set(), requested="lb1") == "lb1"
+
+
+def test_balancer_holds_vips_on_its_lan_and_programs_every_real_server():
+    state = desired_state(cluster_from(), "lb1", "eth0")
+    assert state.role == "balancer"
+    assert state.addresses == {Address(VIP, "eth0"), Address(DNS_VIP, "eth0")}
+    assert len(state.services) == 2
+    assert set(state.services.values()) == {ServiceSpec("wrr"), ServiceSpec("rr")}
+    weights = sorted((str(k), v.weight) for k, v in state.dests.items())
+    assert weights == [
+        ("tcp 192.168.100.10:80 -> 192.168.100.3:80", 1),
+        ("tcp 192.168.100.10:80 -> 192.168.100.4:80", 1),
+        ("tcp 192.168.100.10:80 -> 192.168.100.6:80", 2),
+        ("udp 192.168.100.11:53 -> 192.168.100.3:53", 1),
+        ("udp 192.168.100.11:53 -> 192.168.100.4:53", 1),
+    ]
+    assert all(v == DestSpec(v.weight) for v in state.dests.values())  # direct routing
+    assert not state.files and not state.sysctls
+
+
+def test_worker_holds_only_the_vips_of_its_services_on_lo_with_arp_settings():
+    pi3 = desired_state(cluster_from(), "pi3", "eth0")
+    assert pi3.addresses == {Address(VIP, "lo")}
+    assert pi3.sysctls == {
+        "net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.eth0.arp_ignore": "1",
+        "net.ipv4.conf.all.arp_announce": "2", "net.ipv4.conf.eth0.arp_announce": "2",
+    }
+    pi1 = desired_state(cluster_from(), "pi1", "enp1s0")
+    assert pi1.addresses == {Address(VIP, "lo"), Address(DNS_VIP, "lo")}
+    assert pi1.sysctls["net.ipv4.conf.enp1s0.arp_ignore"] == "1"
+
+
+def test_worker_persists_sysctls_and_a_boot_unit_that_restores_its_vips():
+    state = desired_state(cluster_from(), "pi1", "eth0")
+    sysctl_file = state.files["/etc/sysctl.d/90-lbctl-pi-web.conf"].content
+    assert "net.ipv4.conf.eth0.arp_ignore = 1" in sysctl_file
+    unit = state.files["/etc/systemd/system/lbctl-pi-web-vips.service"].content
+    assert "ExecStart=/usr/sbin/ip -4 address replace 192.168.100.10/32 dev lo" in unit
+    assert "ExecStart=/usr/sbin/ip -4 address replace 192.168.100.11/32 dev lo" in unit
+    assert "ExecStart=/usr/sbin/sysctl -q -p /etc/sysctl.d/90-lbctl-pi-web.conf" in unit
+    assert state.links == {
+        "/etc/systemd/system/multi-user.target.wants/lbctl-pi-web-vips.service":
+            "/etc/systemd/system/lbctl-pi-web-vips.service"}
+
+
+def test_every_sysctl_in_the_shipped_file_carries_a_reason():
+    state = desired_state(cluster_from(), "pi1", "eth0")
+    text = state.files["/etc/sysctl.d/90-lbctl-pi-web.conf"].content
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if "=" in line and not line.startswith("#"):
+            above = [l for l in lines[:i] if l.strip()][-1]
+            assert above.startswith("#") or "=" in above, f"no reason above {line!r}"

@@ -1,0 +1,113 @@
+"""The executor against in-memory adapters: order, draining, failures, and convergence."""
+
+import errno
+from ipaddress import IPv4Address
+
+import pytest
+
+from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeSysctls
+from helpers import PI_SINGLE, cluster_from
+from lbctl.adapters.protocols import Adapters
+from lbctl.config.model import DestKey, ServiceKey
+from lbctl.desired import desired_state
+from lbctl.errors import ApplyError
+from lbctl.execute import execute
+from lbctl.observe import observe
+from lbctl.ownership import read_ownership
+from lbctl.plan import make_plan
+
+WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
+PI2 = DestKey(WEB, IPv4Address("192.168.100.4"), 80)
+WITHOUT_PI2 = PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, workers: [pi1, pi3]}")
+
+
+class Node:
+    """One simulated node: fakes for every adapter, and apply as lbctl runs it."""
+
+    def __init__(self, name="lb1"):
+        self.name = name
+        self.adapters = Adapters(
+            ipvs=FakeIpvs() if name == "lb1" else None,
+            addresses=FakeAddresses({(IPv4Address("192.168.100.2"), 24, "eth0")}),
+            sysctls=FakeSysctls(), files=FakeFiles())
+
+    def plan(self, text=PI_SINGLE, force=False):
+        cluster = cluster_from(text)
+        desired = desired_state(cluster, self.name, "eth0")
+        owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
+        observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
+        return make_plan(desired, observed, owned, force=force)
+
+    def apply(self, text=PI_SINGLE, force=False):
+        return execute(self.plan(text, force), self.adapters)
+
+
+def test_apply_then_reapply_makes_zero_writes():
+    node = Node()
+    first = node.apply()
+    assert first.writes == 2 + 2 + 5 + 1  # addresses, services, real servers, ownership record
+    assert node.plan().empty
+    assert node.apply().writes == 0
+
+
+def test_services_are_added_before_real_servers_and_removals_come_last():
+    node = Node()
+    node.apply()
+    node.adapters.ipvs.log.clear()
+    text = WITHOUT_PI2.replace("scheduler: wrr,", "scheduler: rr,")
+    node.apply(text)
+    assert node.adapters.ipvs.log == [
+        ("set", "service", "tcp 192.168.100.10:80"),
+        ("set", "dest", str(PI2)),  # weight 0 first
+        ("del", "dest", str(PI2)),  # idle, so deleted in the same apply
+    ]
+
+
+def test_a_busy_real_server_stays_at_weight_zero_until_a_later_apply_finds_it_idle():
+    node = Node()
+    node.apply()
+    node.adapters.ipvs.set_active(PI2, 2)
+    report = node.apply(WITHOUT_PI2)
+    assert [str(c.key) for c in report.pending] == [str(PI2)]
+    assert node.adapters.ipvs.dests[PI2][0] == 0
+    assert not node.plan(WITHOUT_PI2).empty  # still draining
+    assert node.apply(WITHOUT_PI2).writes == 0  # nothing to do while busy
+    node.adapters.ipvs.set_active(PI2, 0)
+    node.apply(WITHOUT_PI2)
+    assert PI2 not in node.adapters.ipvs.dests
+    assert node.plan(WITHOUT_PI2).empty
+
+
+def test_force_deletes_a_busy_real_server_at_once():
+    node = Node()
+    node.apply()
+    node.adapters.ipvs.set_active(PI2, 2)
+    node.apply(WITHOUT_PI2, force=True)
+    assert PI2 not in node.adapters.ipvs.dests
+
+
+def test_a_refused_real_server_names_the_object_and_the_next_apply_converges():
+    node = Node()
+    pi3 = DestKey(WEB, IPv4Address("192.168.100.6"), 80)
+    node.adapters.ipvs.fail[("add", "dest", pi3)] = errno.EINVAL
+    with pytest.raises(ApplyError) as err:
+        node.apply()
+    assert str(err.value).startswith(
+        "apply: add real server tcp 192.168.100.10:80 -> 192.168.100.6:80: the kernel refused it")
+    # Ownership was widened before anything was created.
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
+    assert WEB in owned.services
+    node.adapters.ipvs.fail.clear()
+    node.apply()
+    assert node.plan().empty
+
+
+def test_a_worker_writes_sysctls_files_and_the_boot_link():
+    node = Node("pi1")
+    node.adapters.addresses.entries = {(IPv4Address("192.168.100.3"), 24, "eth0")}
+    node.apply()
+    assert node.adapters.sysctls.values["net.ipv4.conf.all.arp_ignore"] == "1"
+    assert "/etc/sysctl.d/90-lbctl-pi-web.conf" in node.adapters.files.files
+    assert node.adapters.files.links
+    assert (IPv4Address("192.168.100.10"), 32, "lo") in node.adapters.addresses.entries
+    assert node.plan().empty

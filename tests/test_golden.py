@@ -1,0 +1,40 @@
+"""Golden files: each cluster under tests/golden/ and the plan every node gets on a fresh host.
+
+Set LBCTL_UPDATE_GOLDEN=1 to rewrite the .plan files after a deliberate change,
+then read the diff.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lbctl.config import load_cluster
+from lbctl.desired import desired_state
+from lbctl.plan import format_plan, make_plan
+from lbctl.state import NodeState, Ownership
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def render_fresh_plans(path):
+    cluster = load_cluster(path)
+    parts = []
+    for node in list(cluster.balancers) + list(cluster.workers):
+        desired = desired_state(cluster, node, "eth0")
+        empty = NodeState(desired.role, node, cluster.name)
+        plan = make_plan(desired, empty, Ownership())
+        parts.append(format_plan(plan))
+        for change in plan.changes:
+            if change.kind == "file":
+                parts.append(f"--- {change.key}\n{change.new.content.rstrip()}")
+    return "\n\n".join(parts) + "\n"
+
+
+@pytest.mark.parametrize("cluster", sorted(GOLDEN.glob("*.yaml")), ids=lambda p: p.stem)
+def test_plan_matches_golden(cluster):
+    expected_path = cluster.with_suffix(".plan")
+    actual = render_fresh_plans(cluster)
+    if os.environ.get("LBCTL_UPDATE_GOLDEN") == "1":
+        expected_path.write_text(actual)
+    assert actual == expected_path.read_text()
