@@ -103,8 +103,10 @@ def _module_paths(modules):
 
 
 def build_initramfs(modules, out):
-    busybox = shutil.which("busybox", path="/bin:/usr/bin")
-    static = "/bin/busybox" if Path("/bin/busybox").exists() else busybox
+    static = shutil.which("busybox", path="/bin:/usr/bin")
+    # The initramfs has no C library: its busybox must be the static build.
+    if static is None or subprocess.run(["ldd", static], capture_output=True).returncode == 0:
+        raise LabVmError("the lab VM needs a static busybox: apt-get install busybox-static")
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp)
         for d in ("bin", "proc", "sys", "dev", "modules"):
