@@ -48,6 +48,19 @@ class _Checker:
                 self.error(path, f"{self.where(path)}: missing required key {key!r}")
         return value
 
+    def entries(self, value, section, what, allowed, required):
+        """(name, spec, path) of each well-formed NAME: {mapping} entry of a section."""
+        path = (section,)
+        if not isinstance(value, dict) or not value:
+            self.error(path, f"{section}: expected a mapping of {what} names to their settings")
+            return
+        for name, spec in value.items():
+            p = path + (name,)
+            ok = self.name(name, p, f"{what} name")
+            spec = self.mapping(spec, p, allowed, required=required)
+            if spec is not None and ok:
+                yield name, spec, p
+
     def name(self, value, path, what, key=True):
         if not isinstance(value, str) or not NAME_RE.match(value):
             self.error(path, f"{what} {value!r} is not a valid name: use letters, digits, "
@@ -119,21 +132,12 @@ def validate(doc):
 
 
 def _balancers(c, value):
-    path = ("balancers",)
-    if not isinstance(value, dict) or not value:
-        c.error(path, "balancers: expected a mapping of one balancer name to its settings")
-        return {}
-    if len(value) > 1:
+    if isinstance(value, dict) and len(value) > 1:
         second = list(value)[1]
-        c.error(path + (second,), f"a second balancer {NOT_YET}", key=True)
+        c.error(("balancers", second), f"a second balancer {NOT_YET}", key=True)
     result = {}
-    for name, spec in value.items():
-        p = path + (name,)
-        ok = c.name(name, p, "balancer name")
-        spec = c.mapping(spec, p, BALANCER_KEYS, required=("address",))
-        if spec is None or not ok:
-            continue
-        addr = c.address(spec.get("address"), p + ("address",)) if "address" in spec else None
+    for name, spec, p in c.entries(value, "balancers", "balancer", BALANCER_KEYS, ("address",)):
+        addr = c.address(spec["address"], p + ("address",)) if "address" in spec else None
         iface = spec.get("interface")
         if iface is not None and (not isinstance(iface, str) or not IFNAME_RE.match(iface)):
             c.error(p + ("interface",), f"{c.where(p + ('interface',))}: {iface!r} is not a "
@@ -148,18 +152,9 @@ def _balancers(c, value):
 
 
 def _workers(c, value):
-    path = ("workers",)
-    if not isinstance(value, dict) or not value:
-        c.error(path, "workers: expected a mapping of worker names to their settings")
-        return {}
     result = {}
-    for name, spec in value.items():
-        p = path + (name,)
-        ok = c.name(name, p, "worker name")
-        spec = c.mapping(spec, p, WORKER_KEYS, required=("address",))
-        if spec is None or not ok:
-            continue
-        addr = c.address(spec.get("address"), p + ("address",)) if "address" in spec else None
+    for name, spec, p in c.entries(value, "workers", "worker", WORKER_KEYS, ("address",)):
+        addr = c.address(spec["address"], p + ("address",)) if "address" in spec else None
         weight = c.integer(spec.get("weight", 1), p + ("weight",), 0, 65535, "weight")
         if addr is not None and weight is not None:
             result[name] = Worker(name, addr, weight)
@@ -183,21 +178,13 @@ def _network(c, top, balancers):
 
 
 def _services(c, value, workers):
-    path = ("services",)
-    if not isinstance(value, dict) or not value:
-        c.error(path, "services: expected a mapping of service names to their settings")
-        return {}
     result = {}
-    for name, spec in value.items():
-        p = path + (name,)
-        ok = c.name(name, p, "service name")
-        spec = c.mapping(spec, p, SERVICE_KEYS, required=("vip", "port"))
-        if spec is None or not ok:
-            continue
+    for name, spec, p in c.entries(value, "services", "service", SERVICE_KEYS, ("vip", "port")):
         if "health" in spec:
             c.error(p + ("health",), f"{c.where(p + ('health',))} {NOT_YET}", key=True)
-        vip = c.address(spec.get("vip"), p + ("vip",)) if "vip" in spec else None
-        port = c.integer(spec.get("port"), p + ("port",), 1, 65535, "port") if "port" in spec else None
+        # A missing vip or port is reported already; check the rest all the same.
+        vip = c.address(spec["vip"], p + ("vip",)) if "vip" in spec else None
+        port = c.integer(spec["port"], p + ("port",), 1, 65535, "port") if "port" in spec else None
         protocol = c.choice(spec.get("protocol", "tcp"), p + ("protocol",), PROTOCOLS, "protocol")
         scheduler = c.choice(spec.get("scheduler", "wlc"), p + ("scheduler",), SCHEDULERS, "scheduler")
         persistence = c.integer(spec.get("persistence", 0), p + ("persistence",), 0, 86400 * 31,
