@@ -1,9 +1,11 @@
 """The state one node should have, from the validated cluster."""
 
+from dataclasses import dataclass
+
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
 from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
-from lbctl.render.systemd import render_worker_unit
+from lbctl.render.systemd import render_balancer_unit, render_worker_unit
 from lbctl.state import Address, DestSpec, FileSpec, NodeState, ServiceSpec
 
 
@@ -37,7 +39,25 @@ def unit_name(cluster):
     return f"lbctl-{cluster.name}-vips.service"
 
 
-def desired_balancer(cluster, node, interface):
+def saved_config_path(cluster):
+    return f"/etc/lbctl/{cluster.name}.yaml"
+
+
+@dataclass(frozen=True)
+class BootApply:
+    """What a balancer's boot unit needs: the file to keep and the Python that runs lbctl."""
+
+    config_text: str
+    python: str
+
+
+def _enable(state, unit, text):
+    path = f"/etc/systemd/system/{unit}"
+    state.files[path] = FileSpec(text)
+    state.links[f"/etc/systemd/system/multi-user.target.wants/{unit}"] = path
+
+
+def desired_balancer(cluster, node, interface, boot=None):
     state = NodeState("balancer", node, cluster.name)
     # A single balancer holds the VIPs itself; it answers ARP for them.
     state.addresses = {Address(vip, interface) for vip in cluster.vips}
@@ -45,6 +65,12 @@ def desired_balancer(cluster, node, interface):
         state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence)
         for rs in svc.real_servers:
             state.dests[DestKey(svc.key, rs.address, svc.port)] = DestSpec(rs.weight)
+    if boot is not None:
+        # At boot the balancer applies a saved copy of the file, so a reboot
+        # brings back the VIPs and the IPVS table without anyone logging in.
+        state.files[saved_config_path(cluster)] = FileSpec(boot.config_text)
+        _enable(state, f"lbctl-{cluster.name}-balancer.service",
+                render_balancer_unit(cluster.name, node, saved_config_path(cluster), boot.python))
     return state
 
 
@@ -56,17 +82,12 @@ def desired_worker(cluster, node, interface):
     state.addresses = {Address(vip, "lo") for vip in vips}
     sysctl_text = render_worker_sysctl(cluster.name, interface)
     state.sysctls = parse_sysctl_conf(sysctl_text)
-    unit = unit_name(cluster)
-    unit_path = f"/etc/systemd/system/{unit}"
-    state.files = {
-        sysctl_path(cluster): FileSpec(sysctl_text),
-        unit_path: FileSpec(render_worker_unit(cluster.name, vips, sysctl_path(cluster))),
-    }
-    state.links = {f"/etc/systemd/system/multi-user.target.wants/{unit}": unit_path}
+    state.files[sysctl_path(cluster)] = FileSpec(sysctl_text)
+    _enable(state, unit_name(cluster), render_worker_unit(cluster.name, vips, sysctl_path(cluster)))
     return state
 
 
-def desired_state(cluster, node, interface):
+def desired_state(cluster, node, interface, boot=None):
     if role_of(cluster, node) == "balancer":
-        return desired_balancer(cluster, node, interface)
+        return desired_balancer(cluster, node, interface, boot)
     return desired_worker(cluster, node, interface)

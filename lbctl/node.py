@@ -9,7 +9,7 @@ from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
-from lbctl.desired import desired_state, find_node, role_of
+from lbctl.desired import BootApply, desired_state, find_node, role_of
 from lbctl.errors import NodeError
 from lbctl.observe import node_interface, observe
 from lbctl.ownership import read_ownership
@@ -55,7 +55,7 @@ def load_node(path, node=None, root="/", force=False):
     ifname = node_interface(cluster, name, address_list)
     if not any(n == ifname for _, _, n in address_list) and ifname not in _link_names():
         raise NodeError(f"node {name}: interface {ifname} does not exist on this host")
-    desired = desired_state(cluster, name, ifname)
+    desired = desired_state(cluster, name, ifname, boot=_boot_apply(path))
     ipvs = None
     if role_of(cluster, name) == "balancer":
         check_real_servers_reachable(desired, address_list, ifname)
@@ -68,6 +68,19 @@ def load_node(path, node=None, root="/", force=False):
     observed = observe(desired, owned, adapters, address_list)
     plan = make_plan(desired, observed, owned, force=force)
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan)
+
+
+def _boot_apply(path):
+    """The saved copy and interpreter for a balancer's boot unit."""
+    import re
+    import sys
+
+    python = sys.executable
+    if not re.match(r"^/[A-Za-z0-9_./+-]+$", python):
+        raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
+                        "without spaces or special characters")
+    with open(path, encoding="utf-8") as fh:
+        return BootApply(fh.read(), python)
 
 
 def _link_names():

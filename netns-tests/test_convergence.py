@@ -179,6 +179,28 @@ def test_a_rebooted_worker_comes_back_with_the_boot_unit(lab, base):
     _plan_is_clean(lab, base, nodes=("pi1",))
 
 
+def test_a_rebooted_balancer_comes_back_with_its_boot_unit(lab, base):
+    from lbctl.render.systemd import exec_start_lines
+
+    root = lab.nodes["lb1"].root
+    with open(os.path.join(root, "etc/systemd/system/lbctl-lab-balancer.service")) as fh:
+        (command,) = exec_start_lines(fh.read())
+    assert command[1:] == ["-m", "lbctl", "apply", "/etc/lbctl/lab.yaml", "--node", "lb1"]
+    with open(os.path.join(root, "etc/lbctl/lab.yaml")) as fh:
+        assert fh.read() == base.read_text()
+    # The reboot: an empty IPVS table and no VIPs.
+    lab.sh("lb1", ["ipvsadm", "-C"])
+    for vip in (WEB_VIP, DNS_VIP):
+        lab.sh("lb1", ["ip", "address", "del", f"{vip}/32", "dev", "eth0"])
+    assert lab.ask_web(1) == ["failed"]
+    # Boot: the unit's command, with the saved file and state under this node's lab root.
+    saved = os.path.join(root, command[4].lstrip("/"))
+    result = lab.sh("lb1", command[:4] + [saved] + command[5:] + ["--root", root], check=False)
+    assert result.returncode == 0, result.stderr
+    assert {a.replace("served by ", "") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}
+    _plan_is_clean(lab, base, nodes=("lb1",))
+
+
 def test_an_apply_killed_midway_converges_on_the_next_apply(lab, base):
     many = edited(services=lambda s: dict(s, **{
         f"svc{i}": {"vip": WEB_VIP, "port": 1000 + i, "scheduler": "rr"} for i in range(120)}))

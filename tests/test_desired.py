@@ -80,3 +80,16 @@ def test_every_sysctl_in_the_shipped_file_carries_a_reason():
         if "=" in line and not line.startswith("#"):
             above = [l for l in lines[:i] if l.strip()][-1]
             assert above.startswith("#") or "=" in above, f"no reason above {line!r}"
+
+
+def test_a_balancer_keeps_a_copy_of_the_file_and_a_boot_unit_that_applies_it():
+    from lbctl.desired import BootApply
+
+    boot = BootApply("cluster: pi-web\n", "/opt/lbctl/bin/python")
+    state = desired_state(cluster_from(), "lb1", "eth0", boot=boot)
+    assert state.files["/etc/lbctl/pi-web.yaml"].content == "cluster: pi-web\n"
+    unit = state.files["/etc/systemd/system/lbctl-pi-web-balancer.service"].content
+    assert "ExecStart=/opt/lbctl/bin/python -m lbctl apply /etc/lbctl/pi-web.yaml --node lb1" in unit
+    assert state.links == {
+        "/etc/systemd/system/multi-user.target.wants/lbctl-pi-web-balancer.service":
+            "/etc/systemd/system/lbctl-pi-web-balancer.service"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lbctl.config import load_cluster
-from lbctl.desired import desired_state
+from lbctl.desired import BootApply, desired_state
 from lbctl.plan import format_plan, make_plan
 from lbctl.state import NodeState, Ownership
 
@@ -21,12 +21,13 @@ def render_fresh_plans(path):
     cluster = load_cluster(path)
     parts = []
     for node in list(cluster.balancers) + list(cluster.workers):
-        desired = desired_state(cluster, node, "eth0")
+        boot = BootApply(Path(path).read_text(), "/opt/lbctl/bin/python")
+        desired = desired_state(cluster, node, "eth0", boot=boot)
         empty = NodeState(desired.role, node, cluster.name)
         plan = make_plan(desired, empty, Ownership())
         parts.append(format_plan(plan))
         for change in plan.changes:
-            if change.kind == "file":
+            if change.kind == "file" and not change.key.endswith(".yaml"):
                 parts.append(f"--- {change.key}\n{change.new.content.rstrip()}")
     return "\n\n".join(parts) + "\n"
 

@@ -1,13 +1,19 @@
-"""The boot unit that restores a worker's VIPs on lo."""
+"""The boot units: a worker's VIPs on lo, a balancer's whole configuration."""
 
 from lbctl.render.templates import render
 
 WORKER_UNIT_TEMPLATE = "lbctl-worker-vips.service"
+BALANCER_UNIT_TEMPLATE = "lbctl-balancer.service"
 
 
 def render_worker_unit(cluster_name, vips, sysctl_file, ip="/usr/sbin/ip", sysctl="/usr/sbin/sysctl"):
     return render("systemd", WORKER_UNIT_TEMPLATE, cluster=cluster_name, vips=vips,
                   sysctl_file=sysctl_file, ip=ip, sysctl=sysctl)
+
+
+def render_balancer_unit(cluster_name, node, config_path, python):
+    return render("systemd", BALANCER_UNIT_TEMPLATE, cluster=cluster_name, node=node,
+                  config=config_path, python=python)
 
 
 def exec_start_lines(unit_text):
