@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Set up lbctl on a fresh Debian machine and run its demo or its tests.
 #
-#   sudo ./dev.sh setup   apt packages and the .venv (idempotent)
-#   sudo ./dev.sh demo    setup, then `lbctl lab demo` on the bundled example
-#   sudo ./dev.sh test    setup, then unit tests and the netns suite
+#   ./dev.sh setup   apt packages and the .venv (idempotent)
+#   ./dev.sh demo    setup, then `lbctl lab demo` on the bundled example
+#   ./dev.sh test    setup, then unit tests and the netns suite
 #
+# It needs root (apt, network namespaces) and re-runs itself with sudo when
+# started as another user.
 # The netns suite needs a kernel with IPVS.  Where this one lacks it, the
 # suite runs inside a small VM with Debian's own kernel (see docs/lab.md).
 set -euo pipefail
@@ -18,12 +20,13 @@ APT_PACKAGES=(
   qemu-system-x86 cpio                  # the lab VM where the kernel has no IPVS
 )
 
-need_root() {
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "dev.sh: run as root (sudo ./dev.sh $1): the lab creates network namespaces" >&2
-    exit 1
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then
+    exec sudo -- "$0" "$@"
   fi
-}
+  echo "dev.sh: run as root: it installs packages and creates network namespaces" >&2
+  exit 1
+fi
 
 python_for_venv() {
   # Python 3.11+ (Raspberry Pi OS bookworm); prefer the system one.
@@ -37,7 +40,6 @@ python_for_venv() {
 }
 
 setup() {
-  need_root setup
   missing=()
   for pkg in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -66,6 +68,6 @@ case "${1:-}" in
     .venv/bin/python -m pytest tests -q
     exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider ;;
   *)
-    sed -n '2,9p' "$0" >&2
+    sed -n '2,11p' "$0" >&2
     exit 2 ;;
 esac
