@@ -6,8 +6,8 @@ their ratio to ipvsadm-restore:
 
   ipvsadm-restore           the peer: one process, one netlink request per rule
   lbctl apply (end to end)  validate, observe, plan, execute, from the CLI
-  IpvsNetlink.run pipelined the adapter alone, up to 256 requests in flight
-  IpvsNetlink.run serial    the same, one request at a time (what pipelining saves)
+  IpvsNetlink.run batched   the adapter alone, 256 requests to a sendmsg()
+  IpvsNetlink.run serial    the same, one request at a time (what batching saves)
 
 and the read side: ipvsadm-save against IpvsNetlink.dump.
 
@@ -32,7 +32,10 @@ VIP = "10.2.0.1"
 
 
 def sh(*argv, **kw):
-    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw)
+    done = subprocess.run(argv, capture_output=True, text=True, **kw)
+    if done.returncode != 0:
+        sys.exit(f"bench: {' '.join(argv)}: {done.stderr.strip()}")
+    return done
 
 
 def workers(count):
@@ -106,16 +109,16 @@ def inside(args):
         assert count_rules() == expected
         sh("ipvsadm", "-C")
 
-        from lbctl.adapters import ipvs as ipvs_module
         from lbctl.adapters.ipvs import IpvsNetlink
+        from lbctl.adapters.ipvs_wire import GenlSocket
 
         netlink = IpvsNetlink()
         ops = ops_for(args.services, args.reals)
-        results["IpvsNetlink.run pipelined"] = timed(lambda: netlink.run(ops))
+        results["IpvsNetlink.run batched"] = timed(lambda: netlink.run(ops))
         assert count_rules() == expected
         results["IpvsNetlink.dump (read)"] = timed(netlink.dump)
         sh("ipvsadm", "-C")
-        ipvs_module.IN_FLIGHT = 1
+        GenlSocket.BATCH = 1
         results["IpvsNetlink.run serial"] = timed(lambda: netlink.run(ops))
         assert count_rules() == expected
         sh("ipvsadm", "-C")

@@ -1,0 +1,176 @@
+"""IPVS generic-netlink requests as bytes, for the batched write path.
+
+pyroute2 builds each request through several layers of Python objects; at
+1000 services x 10 real servers that costs far more than the kernel's work
+(see bench/ipvs_apply.py).  Changes are only a handful of fixed-layout
+messages, so they are packed here with struct and sent many to a sendmsg().
+tests/test_ipvs_wire.py decodes every message with pyroute2's own IPVS
+parser, so the two cannot drift apart.  Reading (dumps) stays with pyroute2.
+
+Layouts: linux/netlink.h, linux/genetlink.h and linux/ip_vs.h.
+"""
+
+import socket
+import struct
+
+NLMSG_ERROR = 2
+NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
+GENL_ID_CTRL = 0x10
+CTRL_CMD_GETFAMILY = 3
+CTRL_ATTR_FAMILY_ID, CTRL_ATTR_FAMILY_NAME = 1, 2
+SOL_NETLINK, NETLINK_CAP_ACK = 270, 10
+NETLINK_GENERIC = 16
+SO_RCVBUFFORCE = 33
+
+IPVS_GENL_VERSION = 1
+CMD = {("add", "service"): 1, ("set", "service"): 2, ("del", "service"): 3,
+       ("add", "dest"): 5, ("set", "dest"): 6, ("del", "dest"): 7}
+IPVS_CMD_ATTR_SERVICE, IPVS_CMD_ATTR_DEST = 1, 2
+SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT = 1, 2, 3, 4
+SVC_SCHED_NAME, SVC_FLAGS, SVC_TIMEOUT, SVC_NETMASK = 6, 7, 8, 9
+DEST_ADDR, DEST_PORT, DEST_FWD_METHOD, DEST_WEIGHT = 1, 2, 3, 4
+DEST_U_THRESH, DEST_L_THRESH, DEST_ADDR_FAMILY = 5, 6, 11
+IP_VS_SVC_F_PERSISTENT = 0x0001
+PROTOCOLS = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP}
+
+_NLMSGHDR = struct.Struct("=IHHII")
+_GENLHDR = struct.Struct("=BBH")
+_NLA = struct.Struct("=HH")
+
+
+def nla(kind, payload):
+    padded = payload + b"\0" * (-len(payload) % 4)
+    return _NLA.pack(_NLA.size + len(payload), kind) + padded
+
+
+def _u16(v):
+    return struct.pack("=H", v)
+
+
+def _u32(v):
+    return struct.pack("=I", v)
+
+
+def _be16(v):
+    return struct.pack("!H", v)
+
+
+def service_attrs(key, spec=None):
+    """The service NLA: its key, plus scheduler, flags and timeout when spec is given."""
+    body = (nla(SVC_AF, _u16(socket.AF_INET)) + nla(SVC_PROTOCOL, _u16(PROTOCOLS[key.protocol]))
+            + nla(SVC_ADDR, key.vip.packed) + nla(SVC_PORT, _be16(key.port)))
+    if spec is not None:
+        flags = IP_VS_SVC_F_PERSISTENT if spec.persistence else 0
+        body += (nla(SVC_SCHED_NAME, spec.scheduler.encode() + b"\0")
+                 + nla(SVC_FLAGS, struct.pack("=II", flags, 0xFFFFFFFF))
+                 + nla(SVC_TIMEOUT, _u32(spec.persistence))
+                 + nla(SVC_NETMASK, b"\xff\xff\xff\xff"))
+    return nla(IPVS_CMD_ATTR_SERVICE, body)
+
+
+def dest_attrs(key, spec=None):
+    body = (nla(DEST_ADDR, key.address.packed) + nla(DEST_PORT, _be16(key.port))
+            + nla(DEST_ADDR_FAMILY, _u16(socket.AF_INET)))
+    if spec is not None:
+        body += (nla(DEST_FWD_METHOD, _u32(spec.forward)) + nla(DEST_WEIGHT, _u32(spec.weight))
+                 + nla(DEST_U_THRESH, _u32(0)) + nla(DEST_L_THRESH, _u32(0)))
+    return nla(IPVS_CMD_ATTR_DEST, body)
+
+
+def message(family, seq, cmd, attrs, version=IPVS_GENL_VERSION):
+    payload = _GENLHDR.pack(cmd, version, 0) + attrs
+    return _NLMSGHDR.pack(_NLMSGHDR.size + len(payload), family, NLM_F_REQUEST | NLM_F_ACK,
+                          seq, 0) + payload
+
+
+def op_message(family, seq, op):
+    """One IpvsOp as a netlink request."""
+    cmd = CMD[(op.verb, op.target)]
+    if op.target == "service":
+        return message(family, seq, cmd, service_attrs(op.service, op.spec))
+    return message(family, seq, cmd, service_attrs(op.service) + dest_attrs(op.dest, op.spec))
+
+
+def iter_messages(data):
+    """(type, seq, payload) of each netlink message in a received buffer."""
+    offset = 0
+    while offset + _NLMSGHDR.size <= len(data):
+        length, kind, _flags, seq, _pid = _NLMSGHDR.unpack_from(data, offset)
+        if length < _NLMSGHDR.size:
+            break
+        yield kind, seq, data[offset + _NLMSGHDR.size:offset + length]
+        offset += (length + 3) & ~3
+
+
+def ack_errno(payload):
+    """The errno of an NLMSG_ERROR payload: 0 for success."""
+    return -struct.unpack_from("=i", payload)[0]
+
+
+def iter_attrs(payload):
+    offset = 0
+    while offset + _NLA.size <= len(payload):
+        length, kind = _NLA.unpack_from(payload, offset)
+        if length < _NLA.size:
+            break
+        yield kind & 0x3FFF, payload[offset + _NLA.size:offset + length]
+        offset += (length + 3) & ~3
+
+
+class GenlSocket:
+    """A raw generic-netlink socket that sends requests in batches and collects their acks."""
+
+    BATCH = 256  # requests per sendmsg
+    # Each ack takes about a kilobyte of receive buffer however small it is;
+    # a batch's acks must all fit, or the kernel drops them (ENOBUFS).
+    RCVBUF = 4 << 20
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC)
+        self.sock.bind((0, 0))
+        # Acks need not echo the request back: smaller acks, more in flight.
+        self.sock.setsockopt(SOL_NETLINK, NETLINK_CAP_ACK, 1)
+        try:  # root may go past net.core.rmem_max
+            self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, self.RCVBUF)
+        except PermissionError:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.RCVBUF)
+        self.seq = 0
+
+    def close(self):
+        self.sock.close()
+
+    def family(self, name):
+        """The id of a generic-netlink family; the kernel loads its module if needed."""
+        attrs = nla(CTRL_ATTR_FAMILY_NAME, name.encode() + b"\0")
+        self.seq += 1
+        self.sock.send(message(GENL_ID_CTRL, self.seq, CTRL_CMD_GETFAMILY, attrs, version=1))
+        while True:
+            for kind, seq, payload in iter_messages(self.sock.recv(65536)):
+                if seq != self.seq:
+                    continue
+                if kind == NLMSG_ERROR:
+                    code = ack_errno(payload)
+                    if code:
+                        raise OSError(code, f"generic netlink family {name}")
+                    continue
+                for attr, value in iter_attrs(payload[_GENLHDR.size:]):
+                    if attr == CTRL_ATTR_FAMILY_ID:
+                        return struct.unpack_from("=H", value)[0]
+
+    def request_all(self, build):
+        """Send build(seq) for each slot, BATCH at a time; returns each request's errno."""
+        count = len(build)
+        codes = [None] * count
+        for start in range(0, count, self.BATCH):
+            first_seq = self.seq + 1
+            chunk = [build[i](first_seq + i - start) for i in range(start, min(start + self.BATCH, count))]
+            self.seq += len(chunk)
+            self.sock.sendall(b"".join(chunk))
+            pending = len(chunk)
+            while pending:
+                for kind, seq, payload in iter_messages(self.sock.recv(1 << 20)):
+                    index = start + seq - first_seq
+                    if kind == NLMSG_ERROR and 0 <= index - start < len(chunk) and codes[index] is None:
+                        codes[index] = ack_errno(payload)
+                        pending -= 1
+        return codes

@@ -1,0 +1,74 @@
+"""The batched write path's messages, read back with pyroute2's own IPVS parser."""
+
+from ipaddress import IPv4Address
+
+import pytest
+from pyroute2.netlink.generic.ipvs import ipvsmsg
+
+from lbctl.adapters import ipvs_wire
+from lbctl.adapters.protocols import IpvsOp
+from lbctl.config.model import DestKey, ServiceKey
+from lbctl.state import DestSpec, ServiceSpec
+
+WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
+DNS = ServiceKey("udp", IPv4Address("192.168.100.11"), 53)
+PI3 = DestKey(WEB, IPv4Address("192.168.100.6"), 80)
+
+
+def parse(data):
+    msg = ipvsmsg(data)
+    msg.decode()
+    return msg
+
+
+def svc(msg):
+    return msg.get_attr("IPVS_CMD_ATTR_SERVICE")
+
+
+def test_add_service_carries_key_scheduler_flags_timeout_and_netmask():
+    msg = parse(ipvs_wire.op_message(42, 7, IpvsOp("add", "service", WEB, ServiceSpec("wrr", 300))))
+    assert (msg["header"]["type"], msg["header"]["sequence_number"], msg["cmd"]) == (42, 7, 1)
+    assert msg["header"]["flags"] == ipvs_wire.NLM_F_REQUEST | ipvs_wire.NLM_F_ACK
+    s = svc(msg)
+    assert s.get_attr("IPVS_SVC_ATTR_AF") == 2
+    assert s.get_attr("IPVS_SVC_ATTR_PROTOCOL") == 6
+    assert s.get_attr("IPVS_SVC_ATTR_ADDR") == "192.168.100.10"
+    assert s.get_attr("IPVS_SVC_ATTR_PORT") == 80
+    assert s.get_attr("IPVS_SVC_ATTR_SCHED_NAME") == "wrr"
+    assert s.get_attr("IPVS_SVC_ATTR_FLAGS")["flags"] == 1
+    assert s.get_attr("IPVS_SVC_ATTR_TIMEOUT") == 300
+    assert s.get_attr("IPVS_SVC_ATTR_NETMASK") == "255.255.255.255"
+
+
+def test_set_service_without_persistence_clears_the_flag():
+    s = svc(parse(ipvs_wire.op_message(42, 1, IpvsOp("set", "service", DNS, ServiceSpec("rr")))))
+    assert s.get_attr("IPVS_SVC_ATTR_PROTOCOL") == 17
+    assert s.get_attr("IPVS_SVC_ATTR_FLAGS") == {"flags": 0, "mask": 0xFFFFFFFF}
+    assert s.get_attr("IPVS_SVC_ATTR_TIMEOUT") == 0
+
+
+@pytest.mark.parametrize("verb,cmd", [("add", 5), ("set", 6)])
+def test_dest_changes_name_the_service_and_the_real_server_in_direct_routing(verb, cmd):
+    msg = parse(ipvs_wire.op_message(42, 3, IpvsOp(verb, "dest", WEB, DestSpec(2), PI3)))
+    assert msg["cmd"] == cmd
+    assert svc(msg).get_attr("IPVS_SVC_ATTR_SCHED_NAME") is None  # key only
+    d = msg.get_attr("IPVS_CMD_ATTR_DEST")
+    assert d.get_attr("IPVS_DEST_ATTR_ADDR") == "192.168.100.6"
+    assert d.get_attr("IPVS_DEST_ATTR_PORT") == 80
+    assert d.get_attr("IPVS_DEST_ATTR_WEIGHT") == 2
+    assert d.get_attr("IPVS_DEST_ATTR_FWD_METHOD") == 3
+
+
+def test_delete_messages_carry_keys_only():
+    msg = parse(ipvs_wire.op_message(42, 4, IpvsOp("del", "dest", WEB, None, PI3)))
+    assert msg["cmd"] == 7
+    assert msg.get_attr("IPVS_CMD_ATTR_DEST").get_attr("IPVS_DEST_ATTR_WEIGHT") is None
+    assert parse(ipvs_wire.op_message(42, 5, IpvsOp("del", "service", WEB)))["cmd"] == 3
+
+
+def test_received_buffers_split_into_messages_and_acks():
+    ok = ipvs_wire._NLMSGHDR.pack(36, ipvs_wire.NLMSG_ERROR, 0, 9, 0) + b"\0" * 20
+    bad = ipvs_wire._NLMSGHDR.pack(36, ipvs_wire.NLMSG_ERROR, 0, 10, 0) + \
+        (-22).to_bytes(4, "little", signed=True) + b"\0" * 16
+    found = [(kind, seq, ipvs_wire.ack_errno(p)) for kind, seq, p in ipvs_wire.iter_messages(ok + bad)]
+    assert found == [(2, 9, 0), (2, 10, 22)]
