@@ -72,3 +72,47 @@ def test_received_buffers_split_into_messages_and_acks():
         (-22).to_bytes(4, "little", signed=True) + b"\0" * 16
     found = [(kind, seq, ipvs_wire.ack_errno(p)) for kind, seq, p in ipvs_wire.iter_messages(ok + bad)]
     assert found == [(2, 9, 0), (2, 10, 22)]
+
+
+def _encoded(cmd, top, attrs):
+    msg = ipvsmsg()
+    msg["cmd"] = cmd
+    msg["version"] = 1
+    msg["attrs"] = [(top, {"attrs": attrs})]
+    msg.encode()
+    return bytes(msg.data)[16:]  # the payload after the netlink header
+
+
+def test_dumped_services_parse_like_pyroute2_encodes_them():
+    payload = _encoded(4, "IPVS_CMD_ATTR_SERVICE", [
+        ("IPVS_SVC_ATTR_AF", 2), ("IPVS_SVC_ATTR_PROTOCOL", 6),
+        ("IPVS_SVC_ATTR_ADDR", "192.168.100.10"), ("IPVS_SVC_ATTR_PORT", 80),
+        ("IPVS_SVC_ATTR_SCHED_NAME", "wrr"), ("IPVS_SVC_ATTR_FLAGS", {"flags": 1, "mask": 0xFFFFFFFF}),
+        ("IPVS_SVC_ATTR_TIMEOUT", 300),
+        ("IPVS_SVC_ATTR_STATS64", {"attrs": [("IPVS_STATS_ATTR_CONNS", 7),
+                                             ("IPVS_STATS_ATTR_INBYTES", 1 << 40),
+                                             ("IPVS_STATS_ATTR_CPS", 3)]}),
+    ])
+    svc = ipvs_wire.parse_service(ipvs_wire._top_attr(payload, ipvs_wire.IPVS_CMD_ATTR_SERVICE))
+    assert (svc["af"], svc["protocol"], svc["addr"], svc["port"]) == (2, 6, "192.168.100.10", 80)
+    assert (svc["scheduler"], svc["flags"], svc["timeout"]) == ("wrr", 1, 300)
+    assert svc["stats"] == {"conns": 7, "inbytes": 1 << 40, "cps": 3}
+    # The key sent back to ask for this service's real servers is the one received.
+    assert ipvs_wire.service_attrs(WEB)[4:] == svc["key"]
+
+
+def test_dumped_real_servers_parse_like_pyroute2_encodes_them():
+    payload = _encoded(8, "IPVS_CMD_ATTR_DEST", [
+        ("IPVS_DEST_ATTR_ADDR", "192.168.100.6"), ("IPVS_DEST_ATTR_PORT", 80),
+        ("IPVS_DEST_ATTR_FWD_METHOD", 3), ("IPVS_DEST_ATTR_WEIGHT", 2),
+        ("IPVS_DEST_ATTR_ACTIVE_CONNS", 4), ("IPVS_DEST_ATTR_INACT_CONNS", 9),
+        ("IPVS_DEST_ATTR_ADDR_FAMILY", 2),
+    ])
+    dest = ipvs_wire.parse_dest(ipvs_wire._top_attr(payload, ipvs_wire.IPVS_CMD_ATTR_DEST))
+    assert dest == {"addr": "192.168.100.6", "port": 80, "forward": 3, "weight": 2,
+                    "active": 4, "inactive": 9, "stats": {}}
+
+
+def test_the_kernels_sixteen_byte_address_union_reads_as_ipv4():
+    attrs = ipvs_wire.nla(ipvs_wire.SVC_ADDR, bytes([10, 2, 0, 1]) + b"\0" * 12)
+    assert ipvs_wire.parse_service(attrs)["addr"] == "10.2.0.1"
