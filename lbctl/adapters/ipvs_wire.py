@@ -137,61 +137,54 @@ def _ipv4(value):
     return ".".join(str(b) for b in value[:4])
 
 
+def _be16_value(value):
+    return struct.unpack_from("!H", value)[0]
+
+
+def _cstring(value):
+    return value.split(b"\0", 1)[0].decode()
+
+
+def _first_u32(value):
+    return struct.unpack_from("=I", value)[0]
+
+
+_SERVICE_FIELDS = {
+    SVC_AF: ("af", _uint), SVC_PROTOCOL: ("protocol", _uint), SVC_ADDR: ("addr", _ipv4),
+    SVC_PORT: ("port", _be16_value), SVC_FWMARK: ("fwmark", _uint),
+    SVC_SCHED_NAME: ("scheduler", _cstring), SVC_FLAGS: ("flags", _first_u32),
+    SVC_TIMEOUT: ("timeout", _uint), SVC_STATS: ("stats32", _stats), SVC_STATS64: ("stats", _stats),
+}
+_DEST_FIELDS = {
+    DEST_ADDR: ("addr", _ipv4), DEST_PORT: ("port", _be16_value),
+    DEST_FWD_METHOD: ("forward", lambda v: _uint(v) & 0x7), DEST_WEIGHT: ("weight", _uint),
+    DEST_ACTIVE_CONNS: ("active", _uint), DEST_INACT_CONNS: ("inactive", _uint),
+    DEST_STATS: ("stats32", _stats), DEST_STATS64: ("stats", _stats),
+}
+
+
+def _decode(attrs, fields, **defaults):
+    found = dict(defaults)
+    for kind, value in iter_attrs(attrs):
+        if kind in fields:
+            name, decode = fields[kind]
+            found[name] = decode(value)
+    # Kernels since 4.x send 64-bit stats beside the old 32-bit ones; prefer them.
+    stats32 = found.pop("stats32", {})
+    found["stats"] = found.get("stats") or stats32
+    return found
+
+
 def parse_service(attrs):
     """A dumped service's attributes as a dict; 'key' holds its raw key attributes."""
-    svc = {"key": b"", "stats": {}}
-    stats32 = None
-    for kind, value in iter_attrs(attrs):
-        if kind in SERVICE_KEY_ATTRS:
-            svc["key"] += nla(kind, value)
-        if kind == SVC_AF:
-            svc["af"] = _uint(value)
-        elif kind == SVC_PROTOCOL:
-            svc["protocol"] = _uint(value)
-        elif kind == SVC_ADDR:
-            svc["addr"] = _ipv4(value)
-        elif kind == SVC_PORT:
-            svc["port"] = struct.unpack_from("!H", value)[0]
-        elif kind == SVC_FWMARK:
-            svc["fwmark"] = _uint(value)
-        elif kind == SVC_SCHED_NAME:
-            svc["scheduler"] = value.split(b"\0", 1)[0].decode()
-        elif kind == SVC_FLAGS:
-            svc["flags"] = struct.unpack_from("=I", value)[0]
-        elif kind == SVC_TIMEOUT:
-            svc["timeout"] = _uint(value)
-        elif kind == SVC_STATS64:
-            svc["stats"] = _stats(value)
-        elif kind == SVC_STATS:
-            stats32 = _stats(value)
-    if not svc["stats"] and stats32:
-        svc["stats"] = stats32
+    svc = _decode(attrs, _SERVICE_FIELDS)
+    svc["key"] = b"".join(nla(kind, value) for kind, value in iter_attrs(attrs)
+                          if kind in SERVICE_KEY_ATTRS)
     return svc
 
 
 def parse_dest(attrs):
-    dest = {"stats": {}, "active": 0, "inactive": 0}
-    stats32 = None
-    for kind, value in iter_attrs(attrs):
-        if kind == DEST_ADDR:
-            dest["addr"] = _ipv4(value)
-        elif kind == DEST_PORT:
-            dest["port"] = struct.unpack_from("!H", value)[0]
-        elif kind == DEST_FWD_METHOD:
-            dest["forward"] = _uint(value) & 0x7
-        elif kind == DEST_WEIGHT:
-            dest["weight"] = _uint(value)
-        elif kind == DEST_ACTIVE_CONNS:
-            dest["active"] = _uint(value)
-        elif kind == DEST_INACT_CONNS:
-            dest["inactive"] = _uint(value)
-        elif kind == DEST_STATS64:
-            dest["stats"] = _stats(value)
-        elif kind == DEST_STATS:
-            stats32 = _stats(value)
-    if not dest["stats"] and stats32:
-        dest["stats"] = stats32
-    return dest
+    return _decode(attrs, _DEST_FIELDS, active=0, inactive=0)
 
 
 def _top_attr(payload, wanted):

@@ -54,6 +54,8 @@ def format_status(report):
                              f" connections {d['connections']}")
     else:
         lines.append("IPVS services: none")
+    if report["services"] and not report["vips_on_lo"]:
+        return "\n".join(lines)  # a balancer: the worker view would only be noise
     lines.append("VIPs on lo: " + (", ".join(report["vips_on_lo"]) or "none"))
     lines.append("ARP settings (direct-routing workers need arp_ignore=1, arp_announce=2):")
     for ifname, values in report["arp"].items():
