@@ -48,6 +48,10 @@ class ApplyError(LbctlError):
         super().__init__(f"apply: {operation} {obj}: {reason}")
 
 
+class KernelError(LbctlError):
+    """The kernel lacks something lbctl needs (IPVS) or refused to talk."""
+
+
 class LabError(LbctlError):
     """The lab could not be built or driven."""
 

@@ -116,3 +116,12 @@ def test_dumped_real_servers_parse_like_pyroute2_encodes_them():
 def test_the_kernels_sixteen_byte_address_union_reads_as_ipv4():
     attrs = ipvs_wire.nla(ipvs_wire.SVC_ADDR, bytes([10, 2, 0, 1]) + b"\0" * 12)
     assert ipvs_wire.parse_service(attrs)["addr"] == "10.2.0.1"
+
+
+def test_an_unknown_family_is_reported_as_missing():
+    sock = ipvs_wire.GenlSocket()
+    try:
+        with pytest.raises(FileNotFoundError):
+            sock.family("LBCTL_NO_SUCH")
+    finally:
+        sock.close()

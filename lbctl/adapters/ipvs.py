@@ -11,9 +11,18 @@ from ipaddress import IPv4Address
 from lbctl.adapters import ipvs_wire
 from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsStats, OpResult
 from lbctl.config.model import ServiceKey
+from lbctl.errors import KernelError
 
 PROTOCOL_NAMES = {v: k for k, v in ipvs_wire.PROTOCOLS.items()}
 IP_VS_SVC_F_PERSISTENT = 0x0001
+
+
+def _ipvs_family(sock):
+    try:
+        return sock.family("IPVS")
+    except FileNotFoundError:
+        raise KernelError("this kernel has no IPVS (the ip_vs module is missing or cannot "
+                          "load); on a machine without it, try the lab: lbctl lab demo") from None
 
 
 class IpvsNetlink:
@@ -21,7 +30,7 @@ class IpvsNetlink:
     def dump(self):
         sock = ipvs_wire.GenlSocket()
         try:
-            table = sock.ipvs_table(sock.family("IPVS"))
+            table = sock.ipvs_table(_ipvs_family(sock))
         finally:
             sock.close()
         return [self._service(svc, dests) for svc, dests in table]
@@ -55,7 +64,7 @@ class IpvsNetlink:
         results = [OpResult(op) for op in ops]
         sock = ipvs_wire.GenlSocket()
         try:
-            family = sock.family("IPVS")
+            family = _ipvs_family(sock)
             for target in ("service", "dest"):
                 batch = [r for r in results if r.op.target == target]
                 builders = [lambda seq, op=r.op: ipvs_wire.op_message(family, seq, op) for r in batch]
