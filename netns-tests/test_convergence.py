@@ -5,7 +5,7 @@ import signal
 import subprocess
 import time
 
-from clusters import BASE, DNS_VIP, WEB_VIP, edited
+from clusters import DNS_VIP, WEB_VIP, edited
 
 
 def _plan_is_clean(lab, path, nodes=("lb1", "pi1", "pi2", "pi3")):

@@ -1,6 +1,6 @@
 """The interfaces the executor and observer use; real adapters and fakes both meet them."""
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 
@@ -100,5 +100,3 @@ class Adapters:
     sysctls: Sysctls
     files: Files
     ownership_dir: str = "/var/lib/lbctl"
-    # Counted by the executor: how many changes it made.
-    writes: list = field(default_factory=list)

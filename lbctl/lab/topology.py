@@ -17,15 +17,9 @@ from dataclasses import dataclass, field
 
 from lbctl.config import load_cluster
 from lbctl.errors import LabError
+from lbctl.lab.shell import run
 
 BLOB_BYTES = 1 << 20  # the file the DSR proof downloads
-
-
-def run(argv, check=True, **kw):
-    done = subprocess.run(argv, capture_output=True, text=True, **kw)
-    if check and done.returncode != 0:
-        raise LabError(f"{' '.join(argv)}: {(done.stderr or done.stdout).strip()}")
-    return done
 
 
 @dataclass

@@ -20,15 +20,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from lbctl.errors import LabError
+from lbctl.lab.shell import run as run_checked
+
 KERNEL_METAPACKAGE = "linux-image-amd64"
 INITRAMFS_MODULES = (
     "virtio", "virtio_ring", "virtio_pci_legacy_dev", "virtio_pci_modern_dev",
     "virtio_pci", "netfs", "fscache", "9pnet", "9pnet_virtio", "9p", "overlay",
 )
-
-
-class LabVmError(RuntimeError):
-    pass
 
 
 def host_has_ipvs():
@@ -44,21 +43,14 @@ def cache_dir():
     return Path(base) / "lbctl" / "lab-kernel"
 
 
-def _run(argv, **kw):
-    done = subprocess.run(argv, capture_output=True, text=True, **kw)
-    if done.returncode != 0:
-        raise LabVmError(f"{' '.join(argv)}: {done.stderr.strip() or done.stdout.strip()}")
-    return done.stdout
-
-
 def _kernel_package():
     """The versioned package behind Debian's kernel metapackage."""
-    out = _run(["apt-cache", "depends", KERNEL_METAPACKAGE])
+    out = run_checked(["apt-cache", "depends", KERNEL_METAPACKAGE]).stdout
     for line in out.splitlines():
         name = line.strip().removeprefix("Depends:").strip()
         if line.strip().startswith("Depends:") and name.startswith("linux-image-"):
             return name
-    raise LabVmError(f"apt-cache knows no kernel behind {KERNEL_METAPACKAGE}; run apt-get update")
+    raise LabError(f"apt-cache knows no kernel behind {KERNEL_METAPACKAGE}; run apt-get update")
 
 
 def ensure_kernel():
@@ -71,11 +63,11 @@ def ensure_kernel():
     if not (modules / "modules.dep").exists():
         root.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=root.parent) as tmp:
-            _run(["apt-get", "download", package], cwd=tmp)
+            run_checked(["apt-get", "download", package], cwd=tmp)
             (deb,) = Path(tmp).glob("*.deb")
             unpacked = Path(tmp) / "root"
-            _run(["dpkg-deb", "-x", str(deb), str(unpacked)])
-            _run(["depmod", "-b", str(unpacked), release])
+            run_checked(["dpkg-deb", "-x", str(deb), str(unpacked)])
+            run_checked(["depmod", "-b", str(unpacked), release])
             shutil.rmtree(root, ignore_errors=True)
             unpacked.rename(root)
     return vmlinuz, modules
@@ -106,7 +98,7 @@ def build_initramfs(modules, out):
     static = shutil.which("busybox", path="/bin:/usr/bin")
     # The initramfs has no C library: its busybox must be the static build.
     if static is None or subprocess.run(["ldd", static], capture_output=True).returncode == 0:
-        raise LabVmError("the lab VM needs a static busybox: apt-get install busybox-static")
+        raise LabError("the lab VM needs a static busybox: apt-get install busybox-static")
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp)
         for d in ("bin", "proc", "sys", "dev", "modules"):
@@ -156,7 +148,7 @@ def run(argv, cwd=None, memory_mb=2048, cpus=2, log=None):
                        if log else None, check=False)
         status_file = results / "exit-status"
         if not status_file.exists():
-            raise LabVmError("the lab VM stopped without reporting an exit status")
+            raise LabError("the lab VM stopped without reporting an exit status")
         return int(status_file.read_text())
     finally:
         shutil.rmtree(results, ignore_errors=True)
@@ -188,7 +180,7 @@ def main(argv=None):
         return 2
     try:
         return run_with_ipvs(argv)
-    except LabVmError as exc:
+    except LabError as exc:
         print(f"lbctl lab: {exc}", file=sys.stderr)
         return 1
 
