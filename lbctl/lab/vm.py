@@ -120,8 +120,11 @@ def build_initramfs(modules, out):
                            input="\n".join(files).encode(), stdout=fh, check=True)
 
 
-def run(argv, cwd=None, memory_mb=2048, cpus=2, log=None):
-    """Run argv inside the lab VM and return its exit status."""
+def run(argv, cwd=None, memory_mb=2048, cpus=2):
+    """Run argv inside the lab VM, its output on ours, and return its exit status."""
+    if any(ch.isspace() for ch in sys.executable):
+        raise LabError(f"the lab VM cannot pass {sys.executable!r} on a kernel command line; "
+                       "use a Python whose path has no spaces")
     vmlinuz, modules = ensure_kernel()
     results = Path(tempfile.mkdtemp(prefix="lbctl-lab-", dir=_results_parent()))
     try:
@@ -144,8 +147,7 @@ def run(argv, cwd=None, memory_mb=2048, cpus=2, log=None):
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
             "-virtfs", f"local,path={results},mount_tag=results,security_model=none",
         ]
-        subprocess.run(qemu, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
-                       if log else None, check=False)
+        subprocess.run(qemu, stdin=subprocess.DEVNULL, check=False)
         status_file = results / "exit-status"
         if not status_file.exists():
             raise LabError("the lab VM stopped without reporting an exit status")
@@ -155,7 +157,7 @@ def run(argv, cwd=None, memory_mb=2048, cpus=2, log=None):
 
 
 def _results_parent():
-    """A host directory outside /tmp: the guest mounts its own /run and /tmp."""
+    """A private host directory; the guest mounts it at the same path to report back."""
     parent = cache_dir().parent / "runs"
     parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     return parent
