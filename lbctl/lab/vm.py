@@ -167,8 +167,8 @@ def run_with_ipvs(argv, cwd=None):
     """Run argv where IPVS works: right here when the kernel has it, else in the lab VM."""
     if os.environ.get("LBCTL_LAB_VM") == "1" or host_has_ipvs():
         return subprocess.run(argv, cwd=cwd).returncode
-    print("lbctl lab: this kernel has no IPVS; booting Debian's kernel in a VM "
-          "(a few seconds with KVM, longer under emulation)", file=sys.stderr, flush=True)
+    print("lbctl lab: this kernel has no IPVS; running in a VM with Debian's kernel "
+          "(emulated, so slower than this machine)", file=sys.stderr, flush=True)
     return run(argv, cwd=cwd)
 
 
