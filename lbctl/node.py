@@ -4,6 +4,9 @@ Validation and node lookup run before pyroute2 is imported, so a bad file is
 reported fast and without touching the kernel.
 """
 
+import os
+import re
+import sys
 from dataclasses import dataclass
 from ipaddress import IPv4Network
 
@@ -55,9 +58,10 @@ def load_node(path, node=None, root="/", force=False):
     ifname = node_interface(cluster, name, address_list)
     if not any(n == ifname for _, _, n in address_list) and ifname not in _link_names():
         raise NodeError(f"node {name}: interface {ifname} does not exist on this host")
-    desired = desired_state(cluster, name, ifname, boot=_boot_apply(path))
+    is_balancer = role_of(cluster, name) == "balancer"
+    desired = desired_state(cluster, name, ifname, boot=_boot_apply(cluster) if is_balancer else None)
     ipvs = None
-    if role_of(cluster, name) == "balancer":
+    if is_balancer:
         check_real_servers_reachable(desired, address_list, ifname)
         from lbctl.adapters.ipvs import IpvsNetlink
 
@@ -70,20 +74,14 @@ def load_node(path, node=None, root="/", force=False):
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan)
 
 
-def _boot_apply(path):
+def _boot_apply(cluster):
     """The saved copy and interpreter for a balancer's boot unit."""
-    import re
-    import sys
-
     python = sys.executable
     if not re.match(r"^/[A-Za-z0-9_./+-]+$", python):
         raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
                         "without spaces or special characters")
-    with open(path, encoding="utf-8") as fh:
-        return BootApply(fh.read(), python)
+    return BootApply(cluster.text, python)
 
 
 def _link_names():
-    import os
-
     return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()

@@ -79,6 +79,7 @@ class Cluster:
     workers: dict = field(default_factory=dict)
     services: dict = field(default_factory=dict)
     source: str = ""
+    text: str = ""  # the file as read, kept by a balancer for its boot unit
 
     @property
     def vips(self):

@@ -128,7 +128,7 @@ def validate(doc):
     if c.errors:
         raise ConfigError(c.errors)
     return Cluster(name=cluster_name, network=network, balancers=balancers,
-                   workers=workers, services=services, source=doc.path)
+                   workers=workers, services=services, source=doc.path, text=doc.text)
 
 
 def _balancers(c, value):
