@@ -27,15 +27,14 @@ from pathlib import Path
 
 import yaml
 
+from lbctl.lab.shell import run
+
 BALANCER = "10.1.0.1"
 VIP = "10.2.0.1"
 
 
 def sh(*argv, **kw):
-    done = subprocess.run(argv, capture_output=True, text=True, **kw)
-    if done.returncode != 0:
-        sys.exit(f"bench: {' '.join(argv)}: {done.stderr.strip()}")
-    return done
+    return run(list(argv), **kw)
 
 
 def workers(count):
@@ -125,10 +124,9 @@ def inside(args):
 
     print(f"IPVS control plane: {args.services} services x {args.reals} real servers "
           f"({expected} rules), one run")
-    peers = {"ipvsadm-restore": "ipvsadm-restore", "ipvsadm-save (read)": "ipvsadm-save (read)"}
     print(f"{'operation':<28}{'seconds':>10}{'vs peer':>10}  peer")
     for name, seconds in results.items():
-        peer = peers.get(name) or ("ipvsadm-save (read)" if "read" in name else "ipvsadm-restore")
+        peer = "ipvsadm-save (read)" if "(read)" in name else "ipvsadm-restore"
         ratio = seconds / results[peer]
         print(f"{name:<28}{seconds:>10.2f}{ratio:>9.2f}x  {peer}")
 

@@ -35,8 +35,9 @@ def sysctl_path(cluster):
     return f"/etc/sysctl.d/90-lbctl-{cluster.name}.conf"
 
 
-def unit_name(cluster):
-    return f"lbctl-{cluster.name}-vips.service"
+def unit_name(cluster, purpose):
+    """lbctl's boot units: "vips" on a worker, "balancer" on a balancer."""
+    return f"lbctl-{cluster.name}-{purpose}.service"
 
 
 def saved_config_path(cluster):
@@ -69,7 +70,7 @@ def desired_balancer(cluster, node, interface, boot=None):
         # At boot the balancer applies a saved copy of the file, so a reboot
         # brings back the VIPs and the IPVS table without anyone logging in.
         state.files[saved_config_path(cluster)] = FileSpec(boot.config_text)
-        _enable(state, f"lbctl-{cluster.name}-balancer.service",
+        _enable(state, unit_name(cluster, "balancer"),
                 render_balancer_unit(cluster.name, node, saved_config_path(cluster), boot.python))
     return state
 
@@ -83,7 +84,7 @@ def desired_worker(cluster, node, interface):
     sysctl_text = render_worker_sysctl(cluster.name, interface)
     state.sysctls = parse_sysctl_conf(sysctl_text)
     state.files[sysctl_path(cluster)] = FileSpec(sysctl_text)
-    _enable(state, unit_name(cluster), render_worker_unit(cluster.name, vips, sysctl_path(cluster)))
+    _enable(state, unit_name(cluster, "vips"), render_worker_unit(cluster.name, vips, sysctl_path(cluster)))
     return state
 
 

@@ -14,7 +14,6 @@ from lbctl.config.model import ServiceKey
 from lbctl.errors import KernelError
 
 PROTOCOL_NAMES = {v: k for k, v in ipvs_wire.PROTOCOLS.items()}
-IP_VS_SVC_F_PERSISTENT = 0x0001
 
 
 def _ipvs_family(sock):
@@ -37,7 +36,7 @@ class IpvsNetlink:
 
     def _service(self, svc, dests):
         flags = svc.get("flags", 0)
-        persistence = svc.get("timeout", 0) if flags & IP_VS_SVC_F_PERSISTENT else 0
+        persistence = svc.get("timeout", 0) if flags & ipvs_wire.IP_VS_SVC_F_PERSISTENT else 0
         proto = PROTOCOL_NAMES.get(svc.get("protocol"))
         real_servers = tuple(IpvsDest(IPv4Address(d["addr"]), d["port"], d["weight"], d["forward"],
                                       d["active"], d["inactive"], IpvsStats(**d["stats"]))

@@ -10,6 +10,7 @@ message classes, so the two cannot drift apart.
 Layouts: linux/netlink.h, linux/genetlink.h and linux/ip_vs.h.
 """
 
+import errno
 import socket
 import struct
 
@@ -216,23 +217,32 @@ class GenlSocket:
     def close(self):
         self.sock.close()
 
+    def _answers(self, what):
+        """Payloads answering request self.seq, until its DONE or ack; an error ack raises."""
+        while True:
+            for kind, seq, payload in iter_messages(self.sock.recv(1 << 20)):
+                if seq != self.seq:
+                    continue
+                if kind == NLMSG_DONE:
+                    return
+                if kind == NLMSG_ERROR:
+                    code = ack_errno(payload)
+                    if code:
+                        raise OSError(code, what)
+                    return
+                yield payload
+
     def family(self, name):
         """The id of a generic-netlink family; the kernel loads its module if needed."""
         attrs = nla(CTRL_ATTR_FAMILY_NAME, name.encode() + b"\0")
         self.seq += 1
         self.sock.send(message(GENL_ID_CTRL, self.seq, CTRL_CMD_GETFAMILY, attrs, version=1))
-        while True:
-            for kind, seq, payload in iter_messages(self.sock.recv(65536)):
-                if seq != self.seq:
-                    continue
-                if kind == NLMSG_ERROR:
-                    code = ack_errno(payload)
-                    if code:
-                        raise OSError(code, f"generic netlink family {name}")
-                    continue
-                for attr, value in iter_attrs(payload[_GENLHDR.size:]):
-                    if attr == CTRL_ATTR_FAMILY_ID:
-                        return struct.unpack_from("=H", value)[0]
+        what = f"generic netlink family {name}"
+        for payload in self._answers(what):
+            value = _top_attr(payload, CTRL_ATTR_FAMILY_ID)
+            if value is not None:
+                return struct.unpack_from("=H", value)[0]
+        raise OSError(errno.ENOENT, what)
 
     def request_all(self, build):
         """Send build(seq) for each slot, BATCH at a time; returns each request's errno."""
@@ -256,19 +266,7 @@ class GenlSocket:
         """The payloads of a dump request's answers."""
         self.seq += 1
         self.sock.send(message(family, self.seq, cmd, attrs, flags=NLM_F_REQUEST | NLM_F_DUMP))
-        answers = []
-        while True:
-            for kind, seq, payload in iter_messages(self.sock.recv(1 << 20)):
-                if seq != self.seq:
-                    continue
-                if kind == NLMSG_DONE:
-                    return answers
-                if kind == NLMSG_ERROR:
-                    code = ack_errno(payload)
-                    if code:
-                        raise OSError(code, "IPVS dump")
-                    continue
-                answers.append(payload)
+        return list(self._answers("IPVS dump"))
 
     def ipvs_table(self, family):
         """Every IPVS service with its real servers: [(service dict, [dest dicts])]."""
