@@ -33,8 +33,10 @@ def build_parser():
             p.add_argument("--detailed-exitcode", action="store_true",
                            help="exit 0 for no changes, 2 for pending changes")
 
-    p = sub.add_parser("status", help="services, real servers, VIPs and ARP settings here")
+    p = sub.add_parser("status", help="services, real servers, health, VRRP, VIPs and ARP "
+                       "settings here")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--root", default="/", help="prefix of lbctl's files (default /)")
 
     p = sub.add_parser("lab", help="the cluster in network namespaces, on this machine")
     lab = p.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")

@@ -6,7 +6,9 @@ from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
 from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
 from lbctl.render.systemd import render_balancer_unit, render_worker_unit
-from lbctl.state import Address, DestSpec, FileSpec, NodeState, ServiceSpec
+from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
+
+KEEPALIVED_SCRIPTS = ("lbctl-check", "lbctl-notify")
 
 
 def find_node(cluster, local_addresses, requested=None):
@@ -58,6 +60,28 @@ def _enable(state, unit, text):
     state.links[f"/etc/systemd/system/multi-user.target.wants/{unit}"] = path
 
 
+def desired_keepalived_balancer(cluster, node, interface, layout):
+    """keepalived runs this balancer: lbctl writes its files and keeps it running.
+
+    keepalived owns the VIPs (VRRP) and the IPVS table (its checkers add and
+    remove real servers), so those are external to lbctl's plan here.
+    """
+    from lbctl.render.keepalived import (
+        render_keepalived_conf, render_keepalived_unit, script_text,
+    )
+
+    state = NodeState("balancer", node, cluster.name)
+    state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout))
+    scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
+    for path, name in scripts.items():
+        state.files[path] = FileSpec(script_text(name), 0o755)
+    _enable(state, layout.unit, render_keepalived_unit(layout))
+    state.daemon = DaemonSpec("keepalived", layout.conf, frozenset([layout.conf, *scripts]))
+    state.external = {Address(vip, interface) for vip in cluster.vips}
+    state.external |= {svc.key for svc in cluster.services.values()}
+    return state
+
+
 def desired_balancer(cluster, node, interface, boot=None):
     state = NodeState("balancer", node, cluster.name)
     # A single balancer holds the VIPs itself; it answers ARP for them.
@@ -88,7 +112,10 @@ def desired_worker(cluster, node, interface):
     return state
 
 
-def desired_state(cluster, node, interface, boot=None):
-    if role_of(cluster, node) == "balancer":
-        return desired_balancer(cluster, node, interface, boot)
-    return desired_worker(cluster, node, interface)
+def desired_state(cluster, node, interface, boot=None, layout=None):
+    """`layout` (a KeepalivedLayout) is needed on balancers of keepalived clusters."""
+    if role_of(cluster, node) == "worker":
+        return desired_worker(cluster, node, interface)
+    if cluster.engine == "keepalived":
+        return desired_keepalived_balancer(cluster, node, interface, layout)
+    return desired_balancer(cluster, node, interface, boot)

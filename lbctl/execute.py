@@ -23,18 +23,30 @@ class ApplyReport:
     done: list = field(default_factory=list)  # Changes made
     pending: list = field(default_factory=list)  # real servers left draining
     writes: int = 0
+    replan: bool = False  # a daemon stopped: observe again and apply the rest
 
 
 def execute(plan, adapters):
     report = ApplyReport()
     files = adapters.files
+    stop = [c for c in plan.changes if c.kind == "keepalived" and c.action == REMOVE]
+    if stop:
+        _run_daemon(adapters, stop, report)
+        report.replan = True
+        return report
+    _test_daemon_config(plan, adapters)
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_before):
         report.writes += 1
     adds = [c for c in plan.changes if c.action in (ADD, CHANGE)]
     removes = [c for c in plan.changes if c.action in (DRAIN, REMOVE)]
     report.pending += [c for c in plan.changes if c.action == DRAINING]
 
-    _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS], report)
+    daemon = [c for c in adds if c.kind == "keepalived"]
+    _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS + ("keepalived",)], report)
+    if daemon:
+        if _units_changed(report) and files.root == "/":
+            _systemd_reload()
+        _run_daemon(adapters, daemon, report)
     ipvs_adds = [c for c in adds if c.kind in IPVS_KINDS]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_adds], ipvs_adds, report)
 
@@ -47,11 +59,45 @@ def execute(plan, adapters):
 
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after):
         report.writes += 1
-    units_changed = any(c.kind in ("file", "link") and c.key.endswith(".service")
-                        for c in report.done)
-    if units_changed and adapters.files.root == "/":
+    if _units_changed(report) and adapters.files.root == "/":
         _systemd_reload()
     return report
+
+
+def _units_changed(report):
+    return any(c.kind in ("file", "link") and c.key.endswith(".service") for c in report.done)
+
+
+def _test_daemon_config(plan, adapters):
+    """keepalived checks a changed config before anything on the node changes."""
+    for change in plan.changes:
+        daemon = change.new if change.kind == "keepalived" else None
+        if daemon is None:
+            continue
+        config = next((c.new.content for c in plan.changes
+                       if c.kind == "file" and c.key == daemon.config), None)
+        if config is None:
+            return
+        adapters.keepalived.prepare()  # keepalived checks that the script user exists
+        problems = adapters.keepalived.test(config)
+        if problems:
+            raise ApplyError("test", f"keepalived config {daemon.config}",
+                             "keepalived rejects it; nothing on this node was changed:\n  "
+                             + "\n  ".join(problems))
+
+
+def _run_daemon(adapters, changes, report):
+    for change in changes:
+        action = {ADD: adapters.keepalived.start, CHANGE: adapters.keepalived.reload,
+                  REMOVE: adapters.keepalived.stop}[change.action]
+        try:
+            action()
+        except ApplyError:
+            raise
+        except OSError as exc:
+            raise ApplyError(change.key, change.kind, exc.strerror or str(exc)) from exc
+        report.done.append(change)
+        report.writes += 1
 
 
 def _ipvs_op(change):

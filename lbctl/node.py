@@ -35,15 +35,16 @@ def connected_networks(address_list, ifname):
             if name == ifname and prefix < 32]
 
 
-def check_real_servers_reachable(desired, address_list, ifname):
+def check_real_servers_reachable(cluster, address_list, ifname):
     """Direct routing forwards by MAC: every real server must be on a LAN of this interface."""
     networks = connected_networks(address_list, ifname)
     shown = ", ".join(str(n) for n in networks) or "none"
-    for key in sorted(desired.dests):
-        if not any(key.address in net for net in networks):
-            raise NodeError(f"plan: real server {key.address} of {key.service} is not on a "
-                            f"network directly connected to {ifname} (connected: {shown}); "
-                            "direct routing needs the workers on the balancer's LAN")
+    for svc in sorted(cluster.services.values(), key=lambda s: s.key):
+        for rs in svc.real_servers:
+            if not any(rs.address in net for net in networks):
+                raise NodeError(f"plan: real server {rs.address} of {svc.key} is not on a "
+                                f"network directly connected to {ifname} (connected: {shown}); "
+                                "direct routing needs the workers on the balancer's LAN")
 
 
 def load_node(path, node=None, root="/", force=False):
@@ -59,15 +60,21 @@ def load_node(path, node=None, root="/", force=False):
     if not any(n == ifname for _, _, n in address_list) and ifname not in _link_names():
         raise NodeError(f"node {name}: interface {ifname} does not exist on this host")
     is_balancer = role_of(cluster, name) == "balancer"
-    desired = desired_state(cluster, name, ifname, boot=_boot_apply(cluster) if is_balancer else None)
-    ipvs = None
+    ipvs = keepalived = layout = None
     if is_balancer:
-        check_real_servers_reachable(desired, address_list, ifname)
+        check_real_servers_reachable(cluster, address_list, ifname)
         from lbctl.adapters.ipvs import IpvsNetlink
+        from lbctl.adapters.keepalived import KeepalivedProcess
+        from lbctl.render.keepalived import KeepalivedLayout
 
         ipvs = IpvsNetlink()
+        # Also for the netlink engine: a balancer leaving keepalived stops it.
+        layout = KeepalivedLayout(cluster.name, root)
+        keepalived = KeepalivedProcess(layout)
+    boot = _boot_apply(cluster) if is_balancer and cluster.engine == "netlink" else None
+    desired = desired_state(cluster, name, ifname, boot=boot, layout=layout)
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
-                        files=FilesRoot(root))
+                        files=FilesRoot(root), keepalived=keepalived)
     owned = read_ownership(adapters.files, adapters.ownership_dir, cluster.name)
     observed = observe(desired, owned, adapters, address_list)
     plan = make_plan(desired, observed, owned, force=force)

@@ -7,7 +7,7 @@ created before.
 
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
-from lbctl.state import Address, DestSpec, FileSpec, NodeState, ServiceSpec
+from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
 
 
 def interface_of(addresses, ip):
@@ -55,4 +55,6 @@ def observe(desired, owned, adapters, address_list):
         target = adapters.files.readlink(path)
         if target is not None:
             state.links[path] = target
+    if adapters.keepalived is not None and adapters.keepalived.running():
+        state.daemon = DaemonSpec("keepalived", "")
     return state

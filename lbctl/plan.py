@@ -17,7 +17,7 @@ SYMBOLS = {ADD: "+", CHANGE: "~", DRAIN: "-", DRAINING: "~", REMOVE: "-"}
 @dataclass(frozen=True)
 class Change:
     action: str
-    kind: str  # "address", "service", "real server", "sysctl", "file", "link"
+    kind: str  # "address", "service", "real server", "sysctl", "file", "link", "keepalived"
     key: object
     new: object = None
     old: object = None
@@ -58,6 +58,9 @@ def make_plan(desired, observed, owned, force=False):
     """Changes that take `observed` to `desired` on this node."""
     plan = Plan(desired.node, desired.role, desired.cluster)
     adds, removes = [], []
+    # Stopping a daemon comes first: it takes its VIPs and services with it,
+    # and apply plans again once it has stopped.
+    stops = _daemon_stop(desired, observed)
 
     for addr in sorted(desired.addresses - observed.addresses):
         adds.append(Change(ADD, "address", addr))
@@ -74,6 +77,8 @@ def make_plan(desired, observed, owned, force=False):
             adds.append(Change(ADD, "link", path, target, observed.links.get(path),
                                f" -> {target}"))
 
+    adds += _daemon_start_or_reload(desired, observed, adds)
+
     for key, spec in sorted(desired.services.items()):
         old = observed.services.get(key)
         if old is None:
@@ -89,16 +94,17 @@ def make_plan(desired, observed, owned, force=False):
             adds.append(Change(CHANGE, "real server", key, spec, old,
                                f" weight {old.weight} -> {spec.weight}"))
 
-    ours = owned.services | set(desired.services)
+    external = desired.external
+    ours = (owned.services | set(desired.services)) - external
     leaving_services = {k for k in observed.services if k in owned.services
-                        and k not in desired.services}
+                        and k not in desired.services and k not in external}
     for key, spec in sorted(observed.dests.items()):
         if key in desired.dests or key.service not in ours or key.service in leaving_services:
             continue
         removes.append(_dest_removal(key, spec, force))
     for key in sorted(leaving_services):
         removes.append(Change(REMOVE, "service", key, old=observed.services[key]))
-    for addr in sorted(observed.addresses & owned.addresses - desired.addresses):
+    for addr in sorted(observed.addresses & owned.addresses - desired.addresses - external):
         removes.append(Change(REMOVE, "address", addr))
     for path in sorted(owned.links - set(desired.links)):
         if path in observed.links:
@@ -107,12 +113,32 @@ def make_plan(desired, observed, owned, force=False):
         if path in observed.files:
             removes.append(Change(REMOVE, "file", path))
 
-    plan.changes = adds + removes
+    plan.changes = stops + adds + removes
     desired_owned = Ownership.of(desired)
     plan.owned_before = owned.union(desired_owned)
     # Draining real servers keep their service owned; they are inside it.
     plan.owned_after = desired_owned
     return plan
+
+
+def _daemon_stop(desired, observed):
+    if observed.daemon is not None and desired.daemon is None:
+        return [Change(REMOVE, observed.daemon.name, "stop",
+                       note=" (its VIPs and services go with it; lbctl then takes over)")]
+    return []
+
+
+def _daemon_start_or_reload(desired, observed, file_changes):
+    daemon = desired.daemon
+    if daemon is None:
+        return []
+    if observed.daemon is None:
+        return [Change(ADD, daemon.name, "start", daemon)]
+    changed = sorted(c.key for c in file_changes if c.kind == "file" and c.key in daemon.files)
+    if changed:
+        return [Change(CHANGE, daemon.name, "reload", daemon,
+                       note=f" (changed: {', '.join(changed)})")]
+    return []
 
 
 def _dest_removal(key, spec, force):

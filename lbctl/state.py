@@ -46,6 +46,19 @@ class FileSpec:
     mode: int = 0o644
 
 
+@dataclass(frozen=True)
+class DaemonSpec:
+    """A daemon lbctl runs on the node (keepalived) and the files it reads.
+
+    A change to `files` needs a reload; `config` is tested by the daemon
+    itself before it is written.
+    """
+
+    name: str
+    config: str
+    files: frozenset = frozenset()
+
+
 @dataclass
 class NodeState:
     role: str  # "balancer" or "worker"
@@ -57,6 +70,11 @@ class NodeState:
     sysctls: dict = field(default_factory=dict)  # {"net.ipv4...": "1"}
     files: dict = field(default_factory=dict)  # {"/etc/...": FileSpec}
     links: dict = field(default_factory=dict)  # {"/etc/...wants/x": "/etc/.../x"}
+    # Desired: the daemon to run.  Observed: the daemon found running.
+    daemon: DaemonSpec | None = None
+    # Services and VIPs the daemon manages: lbctl neither creates nor removes
+    # them, and stops recording them as its own.
+    external: set = field(default_factory=set)  # {ServiceKey or Address}
 
 
 @dataclass

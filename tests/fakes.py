@@ -115,3 +115,33 @@ class FakeFiles:
 
 
 __all__ = ["FakeIpvs", "FakeAddresses", "FakeSysctls", "FakeFiles", "FWD_DIRECT_ROUTING"]
+
+
+class FakeKeepalived:
+    """Records what apply asks of keepalived; `rejects` makes its config test fail."""
+
+    def __init__(self, is_running=False, rejects=()):
+        self.is_running = is_running
+        self.rejects = list(rejects)
+        self.calls = []
+
+    def running(self):
+        return self.is_running
+
+    def test(self, text):
+        self.calls.append("test")
+        return list(self.rejects)
+
+    def prepare(self):
+        self.calls.append("prepare")
+
+    def start(self):
+        self.calls.append("start")
+        self.is_running = True
+
+    def reload(self):
+        self.calls.append("reload")
+
+    def stop(self):
+        self.calls.append("stop")
+        self.is_running = False

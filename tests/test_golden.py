@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from lbctl.config import load_cluster
-from lbctl.desired import BootApply, desired_state
+from lbctl.desired import KEEPALIVED_SCRIPTS, BootApply, desired_state
 from lbctl.plan import format_plan, make_plan
+from lbctl.render.keepalived import KeepalivedLayout
 from lbctl.state import NodeState, Ownership
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -22,12 +23,14 @@ def render_fresh_plans(path):
     parts = []
     for node in list(cluster.balancers) + list(cluster.workers):
         boot = BootApply(Path(path).read_text(), "/opt/lbctl/bin/python")
-        desired = desired_state(cluster, node, "eth0", boot=boot)
+        desired = desired_state(cluster, node, "eth0", boot=boot,
+                                layout=KeepalivedLayout(cluster.name))
         empty = NodeState(desired.role, node, cluster.name)
         plan = make_plan(desired, empty, Ownership())
         parts.append(format_plan(plan))
         for change in plan.changes:
-            if change.kind == "file" and not change.key.endswith(".yaml"):
+            # The saved cluster file and keepalived's scripts are copies, not renders.
+            if change.kind == "file" and not change.key.endswith((".yaml", *KEEPALIVED_SCRIPTS)):
                 parts.append(f"--- {change.key}\n{change.new.content.rstrip()}")
     return "\n\n".join(parts) + "\n"
 

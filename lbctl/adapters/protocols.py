@@ -93,6 +93,21 @@ class Files(Protocol):
     def symlink(self, path: str, target: str) -> None: ...
 
 
+@runtime_checkable
+class Keepalived(Protocol):
+    def running(self) -> bool: ...
+
+    def test(self, text: str) -> list: ...  # problems keepalived finds; [] when fine
+
+    def prepare(self) -> None: ...  # script user and state folder
+
+    def start(self) -> None: ...
+
+    def reload(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 @dataclass
 class Adapters:
     ipvs: Ipvs | None
@@ -100,3 +115,4 @@ class Adapters:
     sysctls: Sysctls
     files: Files
     ownership_dir: str = "/var/lib/lbctl"
+    keepalived: Keepalived | None = None  # balancers of keepalived clusters, and ones leaving it

@@ -5,10 +5,24 @@ from lbctl.plan import format_plan
 
 def run(args, out):
     ctx = load_node(args.file, args.node, args.root, force=args.force)
-    if ctx.plan.empty:
+    report = None
+    if not ctx.plan.empty:
+        report = execute(ctx.plan, ctx.adapters)
+        if report.replan:
+            # keepalived stopped and took its VIPs and services: lbctl takes over.
+            _print_report(ctx, report, out)
+            ctx = load_node(args.file, args.node, args.root, force=args.force)
+            report = execute(ctx.plan, ctx.adapters) if not ctx.plan.empty else None
+    if report is None:
         out.write(format_plan(ctx.plan) + "\n")
-        return 0
-    report = execute(ctx.plan, ctx.adapters)
+    else:
+        _print_report(ctx, report, out)
+    if ctx.desired.daemon is not None:
+        return _check_keepalived_table(ctx, out, waited=report is not None)
+    return 0
+
+
+def _print_report(ctx, report, out):
     out.write(f"{ctx.plan.role} {ctx.node} of cluster {ctx.cluster.name}: applied\n")
     for line in report.done:
         out.write(f"  {line}\n")
@@ -16,4 +30,25 @@ def run(args, out):
         out.write(f"  ~ real server {change.key} draining: weight 0, active connections "
                   "remain; a later apply deletes it once idle (or --force)\n")
     out.write(f"{report.writes} write(s).\n")
+
+
+def _check_keepalived_table(ctx, out, waited):
+    """After keepalived (re)starts, wait for its IPVS table; then name any drift."""
+    from lbctl.errors import ApplyError
+    from lbctl.health import describe_health, settle_seconds, wait_for_ipvs
+
+    layout = ctx.adapters.keepalived.layout
+    timeout = settle_seconds(ctx.cluster) if waited else 0
+    problems, unchecked, reported = wait_for_ipvs(
+        ctx.cluster, layout.real(layout.state_dir), ctx.adapters.ipvs.dump, timeout)
+    for line in describe_health(ctx.cluster, reported):
+        out.write(f"  health: {line}\n")
+    if unchecked:
+        out.write(f"  no check has passed yet for {', '.join(unchecked)}: they get no "
+                  "traffic until one does\n")
+    if problems:
+        raise ApplyError("check", "the IPVS table keepalived keeps",
+                         "it differs from the file and the current health:\n  "
+                         + "\n  ".join(problems))
+    out.write("  IPVS matches the file and the current health.\n")
     return 0

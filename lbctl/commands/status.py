@@ -9,7 +9,7 @@ FORWARD_NAMES = {0: "masq", 1: "local", 2: "tunnel", FWD_DIRECT_ROUTING: "route"
 ARP_KEYS = ("arp_ignore", "arp_announce")
 
 
-def collect():
+def collect(root="/"):
     from lbctl.adapters.addrs import AddressNetlink
     from lbctl.adapters.sysctl import SysctlProc
 
@@ -32,6 +32,7 @@ def collect():
             })
     report["vips_on_lo"] = sorted(str(ip) for ip, prefix, ifname in addresses
                                   if ifname == "lo" and prefix == 32 and not ip.is_loopback)
+    report["keepalived"] = keepalived_states(root)
     sysctls = SysctlProc()
     for ifname in sorted({"all"} | {name for _, _, name in addresses if name != "lo"}):
         report["arp"][ifname] = {k: sysctls.read(f"net.ipv4.conf.{ifname.replace('.', '/')}.{k}")
@@ -39,8 +40,43 @@ def collect():
     return report
 
 
-def format_status(report):
+def keepalived_states(root):
+    """{cluster: {"vrrp": ..., "health": [...]}} from the notify hooks' state folders."""
+    from lbctl.health import read_state_dir
+
+    base = os.path.join(root, "run/lbctl")
+    found = {}
+    for cluster in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        reported = read_state_dir(os.path.join(base, cluster, "state"))
+        vrrp = reported.pop("vrrp", None)
+        found[cluster] = {
+            "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
+            "health": [{"service": name[len("health."):].partition("@")[0],
+                        "worker": name.partition("@")[2], "state": r.state, "since": r.since}
+                       for name, r in sorted(reported.items())],
+        }
+    return found
+
+
+def _format_keepalived(states, now):
+    from lbctl.health import for_how_long
+
     lines = []
+    for cluster, info in states.items():
+        vrrp = info["vrrp"]
+        role = "no VRRP state reported" if vrrp is None else \
+            f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}"
+        lines.append(f"keepalived for cluster {cluster}: {role}")
+        for h in info["health"]:
+            lines.append(f"  health {h['service']}/{h['worker']}: {h['state']} "
+                         f"{for_how_long(now, h['since'])}")
+    return lines
+
+
+def format_status(report, now=None):
+    import time
+
+    lines = _format_keepalived(report.get("keepalived", {}), time.time() if now is None else now)
     if report["services"]:
         lines.append("IPVS services:")
         for s in report["services"]:
@@ -64,6 +100,6 @@ def format_status(report):
 
 
 def run(args, out):
-    report = collect()
+    report = collect(args.root)
     out.write((json.dumps(report, indent=2) if args.json else format_status(report)) + "\n")
     return 0

@@ -36,6 +36,38 @@ class RealServer:
     weight: int
 
 
+HEALTH_KINDS = ("http", "tcp", "udp", "exec")
+
+
+@dataclass(frozen=True)
+class HealthCheck:
+    """How keepalived checks each real server of a service.
+
+    Defaults suit a small LAN: a worker that stops answering leaves the pool
+    about a second later (keepalived's own default is about a minute), and
+    comes back only after `rise` checks in a row pass.
+    """
+
+    kind: str  # one of HEALTH_KINDS
+    interval: float = 1.0  # seconds between checks
+    timeout: float = 0.5  # seconds one check may take
+    retries: int = 1  # failed checks in a row before removal
+    rise: int = 2  # passed checks in a row before return
+    path: str = "/"  # http
+    status: int = 200  # http
+    command: tuple = ()  # exec: argv, run without a shell
+
+
+@dataclass(frozen=True)
+class Vrrp:
+    """The failover pair's VRRP settings (VRRPv3, so adverts may be sub-second)."""
+
+    router_id: int
+    advert_interval: float = 0.2
+    preempt: bool = True
+    unicast: bool = True
+
+
 @dataclass(frozen=True)
 class VirtualService:
     name: str
@@ -45,6 +77,7 @@ class VirtualService:
     scheduler: str = "wlc"
     persistence: int = 0
     real_servers: tuple = ()
+    health: HealthCheck | None = None  # None: no checks, every real server is in
 
     @property
     def key(self):
@@ -80,6 +113,17 @@ class Cluster:
     services: dict = field(default_factory=dict)
     source: str = ""
     text: str = ""  # the file as read, kept by a balancer for its boot unit
+    vrrp: Vrrp | None = None  # set whenever keepalived runs the balancers
+
+    @property
+    def engine(self):
+        """Who programs IPVS on the balancers.
+
+        "netlink": lbctl itself, for one balancer without health checks.
+        "keepalived": a failover pair or any health check needs a daemon that
+        keeps running after apply, so keepalived owns the VIPs and the table.
+        """
+        return "keepalived" if self.vrrp is not None else "netlink"
 
     @property
     def vips(self):

@@ -7,10 +7,12 @@ sysctl, systemd or keepalived files.
 """
 
 import re
+import zlib
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
-    PROTOCOLS, SCHEDULERS, Balancer, Cluster, RealServer, VirtualService, Worker,
+    HEALTH_KINDS, PROTOCOLS, SCHEDULERS, Balancer, Cluster, HealthCheck, RealServer,
+    VirtualService, Vrrp, Worker,
 )
 from lbctl.errors import ConfigError
 
@@ -21,7 +23,15 @@ TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp"}
 BALANCER_KEYS = {"address", "interface", "priority"}
 WORKER_KEYS = {"address", "weight"}
 SERVICE_KEYS = {"vip", "port", "protocol", "scheduler", "persistence", "workers", "health"}
-NOT_YET = "is not supported yet (health checks and balancer pairs come with keepalived support)"
+VRRP_KEYS = {"router_id", "advert_interval", "preempt", "unicast"}
+HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise"}
+KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": set(), "exec": {"command"}}
+# Strings that reach keepalived.conf: no whitespace, quotes, braces, backslashes,
+# or keepalived's comment characters '#' and '!'.
+HTTP_PATH_RE = re.compile(r"^/[A-Za-z0-9._~%/?&=+:@,-]*$")
+COMMAND_ARG_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)$")
+PAIR_PRIORITIES = (150, 100)  # first and second balancer, when the file gives none
 
 
 class _Checker:
@@ -95,6 +105,31 @@ class _Checker:
             return None
         return addr
 
+    def boolean(self, value, path):
+        if not isinstance(value, bool):
+            self.error(path, f"{self.where(path)}: expected true or false, found "
+                       f"{_kind(value)} {value!r}")
+            return None
+        return value
+
+    def duration(self, value, path, low, high):
+        """Seconds, from a number or a string such as 1s, 0.5s or 200ms."""
+        seconds = None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            seconds = float(value)
+        elif isinstance(value, str) and DURATION_RE.match(value):
+            number, unit = DURATION_RE.match(value).groups()
+            seconds = float(number) / (1000 if unit == "ms" else 1)
+        if seconds is None:
+            self.error(path, f"{self.where(path)}: expected a duration such as 1s, 0.5s or "
+                       f"200ms, found {_kind(value)} {value!r}")
+            return None
+        if not low <= seconds <= high:
+            self.error(path, f"{self.where(path)}: {value!r} is out of range "
+                       f"({_seconds(low)} to {_seconds(high)})")
+            return None
+        return seconds
+
     def choice(self, value, path, choices, what):
         if value not in choices:
             self.error(path, f"{self.where(path)}: unknown {what} {value!r}; "
@@ -108,6 +143,10 @@ def _kind(value):
             int: "a number", float: "a number", type(None): "nothing"}.get(type(value), "a value")
 
 
+def _seconds(value):
+    return f"{value:g}s"
+
+
 def validate(doc):
     c = _Checker(doc)
     top = c.mapping(doc.data, (), TOP_KEYS, required=("cluster", "balancers", "workers", "services"))
@@ -116,8 +155,6 @@ def validate(doc):
     cluster_name = top.get("cluster")
     if "cluster" in top:
         c.name(cluster_name, ("cluster",), "cluster name", key=False)
-    if "vrrp" in top:
-        c.error(("vrrp",), f"vrrp {NOT_YET}", key=True)
 
     # A missing section was reported above; checking it again would only repeat that.
     balancers = _balancers(c, top["balancers"]) if "balancers" in top else {}
@@ -125,16 +162,19 @@ def validate(doc):
     network = _network(c, top, balancers)
     services = _services(c, top["services"], workers) if "services" in top else {}
     _cross_checks(c, balancers, workers, services, network)
+    vrrp = _vrrp(c, top, cluster_name, balancers, services)
     if c.errors:
         raise ConfigError(c.errors)
     return Cluster(name=cluster_name, network=network, balancers=balancers,
-                   workers=workers, services=services, source=doc.path, text=doc.text)
+                   workers=workers, services=services, source=doc.path, text=doc.text,
+                   vrrp=vrrp)
 
 
 def _balancers(c, value):
-    if isinstance(value, dict) and len(value) > 1:
-        second = list(value)[1]
-        c.error(("balancers", second), f"a second balancer {NOT_YET}", key=True)
+    if isinstance(value, dict) and len(value) > 2:
+        third = list(value)[2]
+        c.error(("balancers", third), "balancers: at most two balancers (one failover pair) "
+                "per cluster", key=True)
     result = {}
     for name, spec, p in c.entries(value, "balancers", "balancer", BALANCER_KEYS, ("address",)):
         addr = c.address(spec["address"], p + ("address",)) if "address" in spec else None
@@ -148,7 +188,46 @@ def _balancers(c, value):
             prio = c.integer(spec["priority"], p + ("priority",), 1, 254, "priority")
         if addr is not None:
             result[name] = Balancer(name, addr, iface, prio)
+    if len(result) == 2:
+        result = _pair_priorities(c, result)
     return result
+
+
+def _pair_priorities(c, pair):
+    """Both balancers get a priority; the first listed wins when the file gives none."""
+    named = {}
+    for (name, b), default in zip(pair.items(), PAIR_PRIORITIES):
+        named[name] = Balancer(b.name, b.address, b.interface,
+                               b.priority if b.priority is not None else default)
+    first, second = named.values()
+    if first.priority == second.priority:
+        c.error(("balancers", second.name, "priority"), f"balancers.{second.name}.priority: "
+                f"{second.priority} is also the priority of {first.name}; the pair needs "
+                "different priorities so one of them is clearly master")
+    return named
+
+
+def _vrrp(c, top, cluster_name, balancers, services):
+    """VRRP settings whenever keepalived runs the balancers, else None."""
+    needs_keepalived = ("vrrp" in top or len(balancers) > 1
+                        or any(s.health is not None for s in services.values()))
+    if not needs_keepalived:
+        return None
+    spec = top.get("vrrp", {})
+    p = ("vrrp",)
+    if c.mapping(spec, p, VRRP_KEYS) is None:
+        return None
+    default_id = 1 + zlib.crc32(str(cluster_name).encode()) % 255
+    router_id = c.integer(spec.get("router_id", default_id), p + ("router_id",), 1, 255,
+                          "router_id")
+    # VRRPv3 counts the advert interval in centiseconds, up to 40.95 s.
+    advert = c.duration(spec.get("advert_interval", Vrrp.advert_interval),
+                        p + ("advert_interval",), 0.01, 40.95)
+    preempt = c.boolean(spec.get("preempt", True), p + ("preempt",))
+    unicast = c.boolean(spec.get("unicast", True), p + ("unicast",))
+    if None in (router_id, advert, preempt, unicast):
+        return None
+    return Vrrp(router_id, round(advert, 2), preempt, unicast)
 
 
 def _workers(c, value):
@@ -180,8 +259,6 @@ def _network(c, top, balancers):
 def _services(c, value, workers):
     result = {}
     for name, spec, p in c.entries(value, "services", "service", SERVICE_KEYS, ("vip", "port")):
-        if "health" in spec:
-            c.error(p + ("health",), f"{c.where(p + ('health',))} {NOT_YET}", key=True)
         # A missing vip or port is reported already; check the rest all the same.
         vip = c.address(spec["vip"], p + ("vip",)) if "vip" in spec else None
         port = c.integer(spec["port"], p + ("port",), 1, 65535, "port") if "port" in spec else None
@@ -190,11 +267,87 @@ def _services(c, value, workers):
         persistence = c.integer(spec.get("persistence", 0), p + ("persistence",), 0, 86400 * 31,
                                 "persistence (seconds)")
         real_servers = _real_servers(c, spec.get("workers"), p + ("workers",), workers)
-        if None in (vip, port, protocol, scheduler, persistence, real_servers):
+        health, health_ok = _health(c, spec.get("health", "none"), p + ("health",), protocol)
+        if None in (vip, port, protocol, scheduler, persistence, real_servers) or not health_ok:
             continue
         result[name] = VirtualService(name, vip, port, protocol, scheduler, persistence,
-                                      real_servers)
+                                      real_servers, health)
     return result
+
+
+def _health(c, value, path, protocol):
+    """(HealthCheck or None for `none`, whether it was valid)."""
+    if value == "none":
+        return None, True
+    spec = c.mapping(value, path, HEALTH_KEYS)
+    if spec is None:
+        return None, False
+    kinds = [k for k in HEALTH_KINDS if k in spec]
+    if len(kinds) != 1:
+        found = ", ".join(kinds) or "none"
+        c.error(path, f"{c.where(path)}: give exactly one check kind of "
+                f"{', '.join(HEALTH_KINDS)} (or `health: none`); found {found}", key=bool(kinds))
+        return None, False
+    kind = kinds[0]
+    kp = path + (kind,)
+    fields = c.mapping(spec[kind] if spec[kind] is not None else {}, kp, KIND_KEYS[kind],
+                       required=("command",) if kind == "exec" else ())
+    if fields is None:
+        return None, False
+    fits = {"http": "tcp", "tcp": "tcp", "udp": "udp"}.get(kind)
+    ok = True
+    if fits is not None and protocol is not None and fits != protocol:
+        c.error(kp, f"{c.where(path)}: a {kind} check cannot check a {protocol} service; "
+                f"use {'udp' if protocol == 'udp' else 'http or tcp'} or exec", key=True)
+        ok = False
+    defaults = HealthCheck(kind)
+    values = {
+        "interval": c.duration(spec.get("interval", defaults.interval), path + ("interval",),
+                               0.1, 3600),
+        "timeout": c.duration(spec.get("timeout", defaults.timeout), path + ("timeout",),
+                              0.1, 300),
+        "retries": c.integer(spec.get("retries", defaults.retries), path + ("retries",), 1, 10,
+                             "retries"),
+        "rise": c.integer(spec.get("rise", defaults.rise), path + ("rise",), 1, 10, "rise"),
+    }
+    if kind == "http":
+        values["path"] = _http_path(c, fields.get("path", defaults.path), kp + ("path",))
+        values["status"] = c.integer(fields.get("status", defaults.status), kp + ("status",),
+                                     100, 599, "status")
+    if kind == "exec":
+        # A missing command was reported by mapping() above.
+        values["command"] = _command(c, fields["command"], kp + ("command",)) \
+            if "command" in fields else None
+    if not ok or any(v is None for v in values.values()):
+        return None, False
+    return HealthCheck(kind, **values), True
+
+
+def _http_path(c, value, path):
+    if not isinstance(value, str) or not HTTP_PATH_RE.match(value) or len(value) > 1024:
+        c.error(path, f"{c.where(path)}: {value!r} is not a usable URL path: it must start "
+                "with '/' and use only letters, digits and . _ ~ % / ? & = + : @ , -")
+        return None
+    return value
+
+
+def _command(c, value, path):
+    if not isinstance(value, list) or not 1 <= len(value) <= 32:
+        c.error(path, f"{c.where(path)}: expected a list of 1 to 32 words, the program "
+                f"first, found {_kind(value)}")
+        return None
+    ok = True
+    for i, word in enumerate(value):
+        if not isinstance(word, str) or not COMMAND_ARG_RE.match(word):
+            c.error(path + (i,), f"{c.where(path)}[{i}]: {word!r} is not allowed: command "
+                    "words are passed to keepalived as they are and may use only letters, "
+                    "digits and _ @ % + = : , . / -")
+            ok = False
+    if ok and not value[0].startswith("/"):
+        c.error(path + (0,), f"{c.where(path)}[0]: {value[0]!r} must be an absolute path; "
+                "checks run without a shell or a search path")
+        ok = False
+    return tuple(value) if ok else None
 
 
 def _real_servers(c, value, path, workers):

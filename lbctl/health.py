@@ -1,0 +1,118 @@
+"""Health as keepalived reports it, and whether the kernel's IPVS table agrees.
+
+keepalived's notify hooks (keepalived/lbctl-notify) leave one small file per
+event in the cluster's state folder: "health.SERVICE@WORKER" and "vrrp", each
+holding "STATE EPOCH-SECONDS".  Reading them is all `status` and `apply` need.
+"""
+
+import os
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Reported:
+    state: str  # "up"/"down" for health; "MASTER"/"BACKUP"/"FAULT"/"STOP" for vrrp
+    since: float  # epoch seconds
+
+
+def read_state_dir(path):
+    """{file name: Reported} for every hook file in a state folder."""
+    found = {}
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return found
+    for name in names:
+        if not (name == "vrrp" or name.startswith("health.")):
+            continue
+        try:
+            with open(os.path.join(path, name), encoding="utf-8") as fh:
+                state, since = fh.read().split()
+            found[name] = Reported(state, float(since))
+        except (OSError, ValueError):
+            continue  # a hook is writing it right now
+    return found
+
+
+def health_of(reported, service, worker):
+    return reported.get(f"health.{service}@{worker}")
+
+
+def settle_seconds(cluster):
+    """How long a fresh keepalived needs before every check had its chance."""
+    waits = [s.health.rise * s.health.interval + s.health.timeout
+             for s in cluster.services.values() if s.health is not None]
+    return max(waits, default=0) + 3
+
+
+def ipvs_drift(cluster, reported, services):
+    """(problems, unchecked): how IPVS differs from the file and current health.
+
+    `services` is the IPVS dump.  A real server belongs in the table when its
+    service has no checks or its checks report it up; one that no check has
+    passed yet is left out (keepalived's alpha mode) and listed as unchecked.
+    """
+    table = {s.key: s for s in services if s.key is not None}
+    problems, unchecked = [], []
+    for svc in sorted(cluster.services.values(), key=lambda s: s.name):
+        found = table.get(svc.key)
+        if found is None:
+            problems.append(f"service {svc.name} ({svc.key}) is not in IPVS")
+            continue
+        if found.scheduler != svc.scheduler:
+            problems.append(f"service {svc.name}: scheduler is {found.scheduler}, "
+                            f"the file says {svc.scheduler}")
+        dests = {(d.address, d.port): d for d in found.dests}
+        for rs in svc.real_servers:
+            dest = dests.pop((rs.address, svc.port), None)
+            health = health_of(reported, svc.name, rs.worker) if svc.health else Reported("up", 0)
+            if health is None:
+                unchecked.append(f"{svc.name}/{rs.worker}")
+            wanted = health is not None and health.state == "up"
+            where = f"service {svc.name}: worker {rs.worker} ({rs.address}:{svc.port})"
+            if wanted and dest is None:
+                problems.append(f"{where} is healthy but not in IPVS")
+            elif not wanted and dest is not None and health is not None:
+                problems.append(f"{where} is {health.state} but still in IPVS")
+            elif wanted and dest.weight != rs.weight:
+                problems.append(f"{where} has weight {dest.weight}, the file says {rs.weight}")
+        for address, port in sorted(dests):
+            problems.append(f"service {svc.name}: {address}:{port} is in IPVS but not in the file")
+    return problems, unchecked
+
+
+def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2):
+    """Poll until IPVS matches (no problems, every server checked) or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reported = read_state_dir(state_dir)
+        problems, unchecked = ipvs_drift(cluster, reported, dump())
+        if (not problems and not unchecked) or time.monotonic() >= deadline:
+            return problems, unchecked, reported
+        time.sleep(poll)
+
+
+def describe_health(cluster, reported, now=None):
+    """One line per checked service: each worker's state and since when."""
+    now = time.time() if now is None else now
+    lines = []
+    for svc in sorted(cluster.services.values(), key=lambda s: s.name):
+        if svc.health is None:
+            continue
+        parts = []
+        for rs in svc.real_servers:
+            health = health_of(reported, svc.name, rs.worker)
+            parts.append(f"{rs.worker} " + ("unchecked" if health is None else
+                                            f"{health.state} {for_how_long(now, health.since)}"))
+        lines.append(f"{svc.name} ({svc.health.kind} check): " + ", ".join(parts))
+    return lines
+
+
+def for_how_long(now, since):
+    seconds = max(0, now - since)
+    if seconds < 120:
+        return f"for {seconds:.0f}s"
+    if seconds < 7200:
+        return f"for {seconds / 60:.0f}m"
+    return f"for {seconds / 3600:.0f}h"

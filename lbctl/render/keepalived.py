@@ -1,0 +1,88 @@
+"""keepalived.conf for a balancer, and where lbctl keeps keepalived's files."""
+
+import os
+from dataclasses import dataclass
+
+from lbctl.render.templates import render, template_text
+
+SCRIPT_USER = "lbctl"  # unprivileged user for health checks and notify hooks
+CHECK_SCRIPT = "lbctl-check"
+NOTIFY_SCRIPT = "lbctl-notify"
+
+
+@dataclass(frozen=True)
+class KeepalivedLayout:
+    """keepalived's files for one cluster, as paths inside the node's root.
+
+    `real()` gives the path keepalived itself sees, which is what goes into
+    keepalived.conf; in the lab each node has its own root folder.
+    """
+
+    cluster: str
+    root: str = "/"
+
+    @property
+    def etc_dir(self):
+        return f"/etc/lbctl/{self.cluster}"
+
+    @property
+    def conf(self):
+        return f"{self.etc_dir}/keepalived.conf"
+
+    @property
+    def check(self):
+        return f"{self.etc_dir}/{CHECK_SCRIPT}"
+
+    @property
+    def notify(self):
+        return f"{self.etc_dir}/{NOTIFY_SCRIPT}"
+
+    @property
+    def run_dir(self):
+        return f"/run/lbctl/{self.cluster}"
+
+    @property
+    def state_dir(self):
+        """Written by the notify hooks and checks, as the script user."""
+        return f"{self.run_dir}/state"
+
+    @property
+    def unit(self):
+        return f"lbctl-{self.cluster}-keepalived.service"
+
+    def pid_file(self, process="keepalived"):
+        return f"{self.run_dir}/{process}.pid"
+
+    def real(self, path):
+        return os.path.join(self.root, path.lstrip("/"))
+
+
+def render_keepalived_conf(cluster, node, interface, layout):
+    balancer = cluster.balancers[node]
+    peers = [b.address for name, b in cluster.balancers.items() if name != node]
+    return render("keepalived", "keepalived.conf.j2",
+                  cluster=cluster.name, node=node, interface=interface,
+                  address=balancer.address, priority=balancer.priority or 100,
+                  peer=peers[0] if peers else None, vrrp=cluster.vrrp, vips=cluster.vips,
+                  services=list(cluster.services.values()), script_user=SCRIPT_USER,
+                  notify=layout.real(layout.notify), check=layout.real(layout.check),
+                  state_dir=layout.real(layout.state_dir))
+
+
+def render_keepalived_unit(layout, keepalived="/usr/sbin/keepalived"):
+    return render("systemd", "lbctl-keepalived.service", cluster=layout.cluster,
+                  argv=" ".join(keepalived_argv(layout, keepalived)),
+                  state_dir=layout.real(layout.state_dir), script_user=SCRIPT_USER)
+
+
+def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):
+    """keepalived in the foreground, logging to its output, with this cluster's own files."""
+    return [keepalived, "--dont-fork", "--log-console", "--log-detail",
+            "--use-file", layout.real(layout.conf),
+            "--pid", layout.real(layout.pid_file()),
+            "--vrrp_pid", layout.real(layout.pid_file("vrrp")),
+            "--checkers_pid", layout.real(layout.pid_file("checkers"))]
+
+
+def script_text(name):
+    return template_text("keepalived", name)

@@ -1,0 +1,224 @@
+"""The keepalived engine: which files select it, what apply does with it, and its scripts."""
+
+import os
+import subprocess
+from ipaddress import IPv4Address
+
+import pytest
+
+from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeKeepalived, FakeSysctls
+from helpers import PI_SINGLE, cluster_from
+from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
+from lbctl.config.model import ServiceKey
+from lbctl.desired import desired_state
+from lbctl.errors import ApplyError
+from lbctl.execute import execute
+from lbctl.health import Reported, ipvs_drift
+from lbctl.observe import observe
+from lbctl.ownership import read_ownership
+from lbctl.plan import format_plan, make_plan
+from lbctl.render.keepalived import KeepalivedLayout, render_keepalived_conf, script_text
+
+PAIR = PI_SINGLE.replace(
+    "  lb1: {address: 192.168.100.2, interface: eth0}\n",
+    "  lb1: {address: 192.168.100.2, interface: eth0}\n"
+    "  lb2: {address: 192.168.100.5, interface: eth0}\n")
+HEALTHY = PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
+WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
+CONF = "/etc/lbctl/pi-web/keepalived.conf"
+
+
+def test_a_second_balancer_or_a_health_check_selects_keepalived():
+    assert cluster_from(PI_SINGLE).engine == "netlink"
+    assert cluster_from(PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, health: none}")
+                        ).engine == "netlink"
+    pair = cluster_from(PAIR)
+    assert pair.engine == "keepalived"
+    # Without priorities in the file the first balancer listed is master.
+    assert [b.priority for b in pair.balancers.values()] == [150, 100]
+    assert cluster_from(HEALTHY).engine == "keepalived"
+    assert cluster_from(HEALTHY).vrrp.router_id == cluster_from(PAIR).vrrp.router_id
+
+
+def test_health_defaults_detect_a_dead_worker_in_about_a_second():
+    check = cluster_from(HEALTHY).services["web"].health
+    assert (check.kind, check.interval, check.timeout, check.retries, check.rise) == \
+        ("http", 1.0, 0.5, 1, 2)
+
+
+def render(text, node="lb1", root="/"):
+    cluster = cluster_from(text)
+    return render_keepalived_conf(cluster, node, "eth0", KeepalivedLayout(cluster.name, root))
+
+
+def test_the_pair_renders_unicast_vrrp_sync_and_each_others_peer():
+    lb1, lb2 = render(PAIR, "lb1"), render(PAIR, "lb2")
+    assert "unicast_src_ip 192.168.100.2" in lb1 and "        192.168.100.5\n" in lb1
+    assert "unicast_src_ip 192.168.100.5" in lb2 and "        192.168.100.2\n" in lb2
+    assert "priority 150" in lb1 and "priority 100" in lb2
+    assert "lvs_sync_daemon eth0 id" in lb1
+    assert "nopreempt" not in lb1
+    multicast = render(PAIR + "vrrp: {unicast: false, preempt: false}\n")
+    assert "unicast_peer" not in multicast and "nopreempt" in multicast
+    # A single balancer with checks has no peer: no unicast block, no sync daemon.
+    single = render(HEALTHY)
+    assert "unicast_peer" not in single and "lvs_sync_daemon" not in single
+
+
+def test_rise_is_that_many_copies_of_the_url_and_retries_count_failures():
+    conf = render(HEALTHY.replace("{http: {path: /}}", "{http: {path: /ok}, rise: 3, retries: 2}"))
+    server = conf.split("real_server 192.168.100.3 80 {")[1].split("real_server")[0]
+    assert server.count("path /ok") == 3
+    assert "retry 1\n" in server and "alpha" in conf
+
+
+def test_exec_checks_pass_each_word_as_it_is_under_the_node_root():
+    text = HEALTHY.replace("{http: {path: /}}",
+                           "{exec: {command: [/usr/local/bin/probe, --port, '80']}}")
+    conf = render(text, root="/srv/lab/lb1")
+    assert ('misc_path "/srv/lab/lb1/etc/lbctl/pi-web/lbctl-check '
+            '/srv/lab/lb1/run/lbctl/pi-web/state/check.web@pi1 2 1 0.5 exec 192.168.100.3 80 '
+            '-- /usr/local/bin/probe --port 80"') in conf
+
+
+class Balancer:
+    def __init__(self, keepalived=None):
+        self.keepalived = keepalived or FakeKeepalived()
+        self.adapters = Adapters(
+            ipvs=FakeIpvs(), addresses=FakeAddresses({(IPv4Address("192.168.100.2"), 24, "eth0")}),
+            sysctls=FakeSysctls(), files=FakeFiles(), keepalived=self.keepalived)
+
+    def plan(self, text):
+        cluster = cluster_from(text)
+        desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name))
+        owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
+        observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
+        return make_plan(desired, observed, owned)
+
+    def apply(self, text):
+        return execute(self.plan(text), self.adapters)
+
+
+def test_apply_tests_writes_and_starts_then_a_reapply_changes_nothing():
+    node = Balancer()
+    node.apply(PAIR)
+    assert node.keepalived.calls == ["prepare", "test", "start"]
+    assert "virtual_server 192.168.100.10 80" in node.adapters.files.read(CONF)[0]
+    assert node.adapters.files.read("/etc/lbctl/pi-web/lbctl-check")[1] == 0o755
+    again = node.plan(PAIR)
+    assert again.empty, format_plan(again)
+
+
+def test_an_edit_reloads_keepalived_once_its_test_passes():
+    node = Balancer()
+    node.apply(PAIR)
+    node.keepalived.calls.clear()
+    plan = node.plan(PAIR.replace("weight: 2", "weight: 3"))
+    assert [(c.kind, c.key) for c in plan.changes] == [("file", CONF), ("keepalived", "reload")]
+    execute(plan, node.adapters)
+    assert node.keepalived.calls == ["prepare", "test", "reload"]
+
+
+def test_a_config_keepalived_rejects_changes_nothing():
+    node = Balancer()
+    node.apply(PAIR)
+    before = dict(node.adapters.files.files)
+    node.keepalived.rejects = ["(keepalived.conf: Line 40) Invalid lvs_scheduler 'x'"]
+    with pytest.raises(ApplyError, match="Invalid lvs_scheduler"):
+        node.apply(PAIR.replace("weight: 2", "weight: 3"))
+    assert node.adapters.files.files == before
+    assert "reload" not in node.keepalived.calls
+
+
+def test_moving_to_keepalived_hands_over_vips_and_services_without_removing_them():
+    node = Balancer()
+    node.apply(PI_SINGLE)  # the netlink engine created the VIPs and services
+    plan = node.plan(PAIR)
+    assert not [c for c in plan.changes if c.action == "remove"], format_plan(plan)
+    execute(plan, node.adapters)
+    assert (IPv4Address("192.168.100.10"), 32, "eth0") in node.adapters.addresses.list()
+    assert WEB in {s.key for s in node.adapters.ipvs.dump()}
+    # lbctl no longer records them as its own: they are keepalived's now.
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
+    assert not owned.services and not owned.addresses
+
+
+def test_leaving_keepalived_stops_it_first_and_plans_again():
+    node = Balancer(FakeKeepalived(is_running=True))
+    node.apply(PAIR)
+    plan = node.plan(PI_SINGLE)
+    assert (plan.changes[0].kind, plan.changes[0].key) == ("keepalived", "stop")
+    report = execute(plan, node.adapters)
+    assert report.replan and node.keepalived.calls[-1] == "stop"
+    rest = node.plan(PI_SINGLE)
+    assert {c.kind for c in rest.changes} >= {"service", "real server", "address"}
+    assert ("remove", "file", CONF) in {(c.action, c.kind, c.key) for c in rest.changes}
+
+
+def service(dests, scheduler="wrr"):
+    return IpvsService(WEB, "tcp 192.168.100.10:80", scheduler, 0,
+                       tuple(IpvsDest(IPv4Address(a), 80, w, 3) for a, w in dests))
+
+
+def test_drift_is_named_and_health_decides_who_belongs():
+    cluster = cluster_from(HEALTHY)
+    up = {f"health.web@{w}": Reported("up", 1.0) for w in ("pi1", "pi2", "pi3")}
+    dns_svc = IpvsService(ServiceKey("udp", IPv4Address("192.168.100.11"), 53), "udp", "rr", 0,
+                          tuple(IpvsDest(IPv4Address(a), 53, 1, 3)
+                                for a in ("192.168.100.3", "192.168.100.4")))
+    table = [service([("192.168.100.3", 1), ("192.168.100.4", 1), ("192.168.100.6", 2)]), dns_svc]
+    assert ipvs_drift(cluster, up, table) == ([], [])
+    down = dict(up, **{"health.web@pi2": Reported("down", 2.0)})
+    problems, _ = ipvs_drift(cluster, down, table)
+    assert problems == ["service web: worker pi2 (192.168.100.4:80) is down but still in IPVS"]
+    wrong = [service([("192.168.100.3", 5), ("192.168.100.6", 2), ("192.168.100.9", 1)]), dns_svc]
+    problems, unchecked = ipvs_drift(cluster, {"health.web@pi1": Reported("up", 1.0),
+                                               "health.web@pi3": Reported("up", 1.0)}, wrong)
+    assert problems == ["service web: worker pi1 (192.168.100.3:80) has weight 5, the file says 1",
+                        "service web: 192.168.100.9:80 is in IPVS but not in the file"]
+    assert unchecked == ["web/pi2"]
+
+
+def run_check(tmp_path, *probe, rise=2, retries=2):
+    script = tmp_path / "lbctl-check"
+    if not script.exists():
+        script.write_text(script_text("lbctl-check"))
+        script.chmod(0o755)
+    state = tmp_path / "check.web@pi1"
+    argv = [str(script), str(state), str(rise), str(retries), "1", "exec", "192.0.2.1", "80",
+            "--", *probe]
+    return subprocess.run(argv, check=False).returncode, state.read_text().split()
+
+
+def test_the_check_script_damps_flapping_with_rise_and_retries(tmp_path):
+    ok, fail = "/bin/true", "/bin/false"
+    assert run_check(tmp_path, ok) == (1, ["down", "1"])  # one pass is not enough
+    assert run_check(tmp_path, ok) == (0, ["up", "0"])  # the second brings it up
+    assert run_check(tmp_path, fail) == (0, ["up", "1"])  # one failure: still up
+    assert run_check(tmp_path, ok) == (0, ["up", "0"])
+    assert run_check(tmp_path, fail)[0] == 0
+    assert run_check(tmp_path, fail) == (1, ["down", "0"])  # two in a row: down
+    assert run_check(tmp_path, ok) == (1, ["down", "1"])
+    assert run_check(tmp_path, fail) == (1, ["down", "0"])  # a flap starts the count again
+
+
+def test_exec_checks_get_the_worker_address_and_no_shell(tmp_path):
+    probe = tmp_path / "probe"
+    probe.write_text("#!/bin/sh\n[ \"$LBCTL_ADDRESS:$LBCTL_PORT\" = 192.0.2.1:80 ] && "
+                     "[ \"$1\" = 'a;b' ]\n")
+    probe.chmod(0o755)
+    assert run_check(tmp_path, str(probe), "a;b", rise=1)[0] == 0
+
+
+def test_the_notify_hook_records_state_and_time(tmp_path):
+    script = tmp_path / "lbctl-notify"
+    script.write_text(script_text("lbctl-notify"))
+    script.chmod(0o755)
+    subprocess.run([str(script), str(tmp_path), "health", "web", "pi1", "down"], check=True)
+    subprocess.run([str(script), str(tmp_path), "vrrp", "INSTANCE", "lbctl_pi-web", "MASTER",
+                    "150"], check=True)
+    from lbctl.health import read_state_dir
+
+    found = read_state_dir(str(tmp_path))
+    assert found["health.web@pi1"].state == "down" and found["vrrp"].state == "MASTER"
+    assert sorted(os.listdir(tmp_path)) == ["health.web@pi1", "lbctl-notify", "vrrp"]
