@@ -22,9 +22,26 @@ BASE = {
     },
 }
 
+# The failover pair: lb2 joins, the web service is health checked, and VRRP
+# runs with the fast settings (a 100 ms advert: failover in about 0.35 s).
+PAIR = copy.deepcopy(BASE)
+PAIR["balancers"] = {"lb1": {"address": "192.168.100.2", "interface": "eth0", "priority": 150},
+                     "lb2": {"address": "192.168.100.5", "interface": "eth0", "priority": 100}}
+PAIR["vrrp"] = {"advert_interval": "100ms"}
+PAIR["services"]["web"]["health"] = {"http": {"path": "/index.html", "status": 200},
+                                     "interval": "1s", "timeout": "500ms", "retries": 1, "rise": 3}
+
 # Every node any test uses: the lab's namespaces are built from this.
-TOPOLOGY = copy.deepcopy(BASE)
+TOPOLOGY = copy.deepcopy(PAIR)
 TOPOLOGY["workers"]["pi4"] = {"address": "192.168.100.7"}
+
+
+def pair_edited(**changes):
+    """PAIR with sections replaced or edited by callables, as edited() does for BASE."""
+    spec = copy.deepcopy(PAIR)
+    for key, change in changes.items():
+        spec[key] = change(spec[key]) if callable(change) else change
+    return spec
 
 
 def edited(**changes):

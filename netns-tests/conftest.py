@@ -6,6 +6,7 @@ run directly on a kernel without IPVS, every test fails rather than skips.
 """
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,11 +41,15 @@ class ClusterLab(Lab):
     def write(self, name, spec):
         return write_cluster(self.files / f"{name}.yaml", spec)
 
-    def reset(self):
-        """Back to the base cluster on every node, draining nothing."""
-        path = self.write("base", BASE)
-        for name, result in self.apply_all(path, extra=("--force",)).items():
-            assert result.returncode == 0, f"{name}: {result.stderr}"
+    def reset(self, spec=BASE, name="base"):
+        """Back to a known cluster on every node, draining nothing."""
+        path = self.write(name, spec)
+        # A balancer the file leaves out stops its keepalived, which takes the
+        # VIPs and services with it; lbctl does not manage nodes outside the file.
+        for node in set(self.cluster.balancers) - set(spec["balancers"]):
+            self.kill_keepalived(node, signal.SIGTERM)
+        for node, result in self.apply_all(path, extra=("--force",)).items():
+            assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
         return path
 
     def ipvs_rules(self, node="lb1"):

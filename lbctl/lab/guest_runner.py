@@ -15,6 +15,7 @@ MODULES = (
     "ip_vs_dh", "ip_vs_mh", "ip_vs_sed", "ip_vs_nq", "ip_vs_lblc",
     "ip_vs_lblcr", "ip_vs_fo", "ip_vs_ovf",
     "veth", "bridge", "dummy", "sch_tbf", "af_packet",
+    "sch_ingress", "cls_u32", "act_gact",  # the lab's split-brain test drops VRRP with tc
 )
 
 

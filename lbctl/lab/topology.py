@@ -8,7 +8,9 @@ lbctl runs inside each namespace exactly as it would on a Pi.
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +41,10 @@ class Lab:
         self.cluster = cluster
         self.cluster_file = os.path.abspath(cluster_file)
         self.prefix = prefix
-        self.workdir = tempfile.mkdtemp(prefix="lbctl-lab-")
+        # Under /run, not /tmp: keepalived runs lab scripts only from paths that
+        # no other user can write, and every node's root lives in here.
+        self.workdir = tempfile.mkdtemp(prefix="lbctl-lab-", dir="/run")
+        os.chmod(self.workdir, 0o755)
         self.lan = f"{prefix}-lan"
         self.nodes = {}
         prefixlen = cluster.network.prefixlen
@@ -126,7 +131,7 @@ class Lab:
     def lbctl_argv(self, *args, node):
         """lbctl's command line on a node, with the node's own file root for apply and plan."""
         argv = [sys.executable, "-m", "lbctl"] + list(args)
-        if args and args[0] in ("apply", "plan"):
+        if args and args[0] in ("apply", "plan", "status"):
             argv += ["--root", self.nodes[node].root]
         return argv
 
@@ -178,6 +183,83 @@ class Lab:
                 "time.sleep(float(sys.argv[4]))\n")
         return self.spawn(node, [sys.executable, "-c", code, str(address), str(port),
                                  str(count), str(seconds)])
+
+    def traffic(self, kind, *args, node="client"):
+        """Start a measuring client (lbctl.lab.traffic); `finish()` it for its JSON."""
+        proc = subprocess.Popen(["ip", "netns", "exec", self.nodes[node].netns, sys.executable,
+                                 "-m", "lbctl.lab.traffic", kind, *map(str, args)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return proc
+
+    @staticmethod
+    def finish(proc, timeout=300):
+        out, err = proc.communicate(timeout=timeout)
+        if proc.returncode != 0:
+            raise LabError(f"lab client failed: {err.strip()}")
+        return json.loads(out)
+
+    # -- keepalived on the balancers -------------------------------------------
+    def _run_dir(self, node):
+        return os.path.join(self.nodes[node].root, "run/lbctl", self.cluster.name)
+
+    def keepalived_pids(self, node):
+        pids = []
+        for name in ("keepalived", "vrrp", "checkers"):
+            try:
+                with open(os.path.join(self._run_dir(node), f"{name}.pid")) as fh:
+                    pid = int(fh.read().strip())
+                os.kill(pid, 0)
+                pids.append(pid)
+            except (OSError, ValueError):
+                pass
+        return pids
+
+    def kill_keepalived(self, node, sig=signal.SIGKILL):
+        """A crash (SIGKILL: no goodbye advert, VIP left behind) or a clean stop (SIGTERM)."""
+        for pid in self.keepalived_pids(node):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 15
+        while self.keepalived_pids(node) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def vrrp_state(self, node):
+        """MASTER, BACKUP or FAULT as keepalived's notify hook last recorded it."""
+        try:
+            with open(os.path.join(self._run_dir(node), "state", "vrrp")) as fh:
+                return fh.read().split()[0]
+        except (OSError, IndexError):
+            return None
+
+    def wait_for(self, predicate, timeout=30, what="condition"):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        raise LabError(f"timed out after {timeout}s waiting for {what}")
+
+    def set_link(self, node, up):
+        run(["ip", "-n", self.nodes[node].netns, "link", "set", "eth0", "up" if up else "down"])
+
+    def block_vrrp(self, node, blocked=True):
+        """Drop VRRP (IP protocol 112) arriving at a node: the balancers stop hearing
+        each other while clients still reach both."""
+        netns = self.nodes[node].netns
+        run(["tc", "-n", netns, "qdisc", "del", "dev", "eth0", "ingress"], check=False)
+        if blocked:
+            run(["tc", "-n", netns, "qdisc", "add", "dev", "eth0", "ingress"])
+            run(["tc", "-n", netns, "filter", "add", "dev", "eth0", "parent", "ffff:",
+                 "protocol", "ip", "u32", "match", "ip", "protocol", "112", "0xff",
+                 "action", "drop"])
+
+    def vip_macs(self, vip, node="client", count=3):
+        """The MACs that answer ARP for `vip`."""
+        out = self.sh(node, ["arping", "-c", str(count), "-i", "eth0", str(vip)],
+                      check=False).stdout
+        return set(re.findall(r"from ([0-9a-f:]{17})", out))
 
     def iface_bytes(self, node, ifname="eth0"):
         """(rx_bytes, tx_bytes) of an interface in a node's namespace."""

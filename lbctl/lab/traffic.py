@@ -1,0 +1,142 @@
+"""Lab clients that measure: a steady request stream, and slow long downloads.
+
+Run inside the client's namespace (`python -m lbctl.lab.traffic ...`); each
+prints one JSON document when done, so a test or the demo can read what a
+user would have seen: which requests failed, how long the VIP was silent,
+whether every download arrived byte for byte.
+"""
+
+import argparse
+import hashlib
+import json
+import selectors
+import socket
+import sys
+import time
+
+
+def _get(address, port, path, timeout):
+    """One HTTP/1.0 request on a new connection: (ok, first line of the body)."""
+    try:
+        with socket.create_connection((address, port), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+            data = b""
+            while chunk := sock.recv(65536):
+                data += chunk
+    except OSError:
+        return False, ""
+    head, _, body = data.partition(b"\r\n\r\n")
+    ok = head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n", 1)[0]
+    return ok, body.decode(errors="replace").strip()
+
+
+def steady_load(address, port, seconds, interval, timeout, path="/"):
+    """A request every `interval` for `seconds`: [(start, end, ok, body)]."""
+    records = []
+    end = time.time() + seconds
+    next_start = time.time()
+    while next_start < end:
+        time.sleep(max(0.0, next_start - time.time()))
+        start = time.time()
+        ok, body = _get(address, port, path, timeout)
+        records.append((start, time.time(), ok, body))
+        next_start = max(next_start + interval, time.time())
+    return records
+
+
+def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
+    """`count` downloads at once, each read at about `rate` bytes/s.
+
+    A small receive buffer keeps the sender paced by the reader, so each
+    connection stays in flight on the wire (and through the balancer's
+    connection table) for the whole download.
+    Returns [{"ok", "bytes", "sha256", "error"}].
+    """
+    sel = selectors.DefaultSelector()
+    results = []
+    for _ in range(count):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.settimeout(10)
+        state = {"data": bytearray(), "error": None, "done": False}
+        try:
+            sock.connect((address, port))
+            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+            sock.setblocking(False)
+            sel.register(sock, selectors.EVENT_READ, state)
+        except OSError as exc:
+            state["error"], state["done"] = f"connect: {exc}", True
+        results.append(state)
+    per_tick = max(1, int(rate / 20))
+    deadline = time.time() + timeout
+    while sel.get_map() and time.time() < deadline:
+        for key, _ in sel.select(timeout=0.05):
+            state = key.data
+            try:
+                chunk = key.fileobj.recv(per_tick)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                state["error"], chunk = str(exc), b""
+            if chunk:
+                state["data"] += chunk
+                continue
+            state["done"] = True
+            sel.unregister(key.fileobj)
+            key.fileobj.close()
+        time.sleep(0.05)
+    for key in list(sel.get_map().values()):
+        key.data["error"] = "timed out"
+        key.fileobj.close()
+    report = []
+    for state in results:
+        head, _, body = bytes(state["data"]).partition(b"\r\n\r\n")
+        length = None
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":")[1])
+        ok = state["error"] is None and length is not None and len(body) == length
+        report.append({"ok": ok, "bytes": len(body), "expected": length,
+                       "sha256": hashlib.sha256(body).hexdigest(), "error": state["error"]})
+    return report
+
+
+def summarize(records, event):
+    """What the load saw around an event (epoch seconds).
+
+    gap: from the event to the end of the first request, started after it,
+    that succeeded: how long the VIP took to answer again.
+    """
+    failed = [r for r in records if not r[2]]
+    after = [r for r in records if r[0] >= event and r[2]]
+    gap = (after[0][1] - event) if after else None
+    return {"requests": len(records), "failed": len(failed), "gap": gap}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python -m lbctl.lab.traffic")
+    sub = parser.add_subparsers(dest="kind", required=True)
+    p = sub.add_parser("load")
+    p.add_argument("address")
+    p.add_argument("--port", type=int, default=80)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--interval", type=float, default=0.02)
+    p.add_argument("--timeout", type=float, default=0.5)
+    d = sub.add_parser("downloads")
+    d.add_argument("address")
+    d.add_argument("--port", type=int, default=80)
+    d.add_argument("--count", type=int, required=True)
+    d.add_argument("--path", default="/blob")
+    d.add_argument("--rate", type=int, required=True, help="bytes per second per download")
+    args = parser.parse_args(argv)
+    if args.kind == "load":
+        result = steady_load(args.address, args.port, args.seconds, args.interval, args.timeout)
+    else:
+        result = slow_downloads(args.address, args.port, args.count, args.path, args.rate)
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+"""The keepalived engine in the lab: health checks, failover, connection survival,
+split brain and live changes, with real keepalived, IPVS, web servers and clients.
+
+Timings are printed (run pytest with -s to see them) rather than asserted:
+the lab may run emulated, and docs/keepalived.md reports the measured figures.
+"""
+
+import hashlib
+import os
+import signal
+import time
+
+import pytest
+
+from clusters import PAIR, WEB_VIP, pair_edited
+from lbctl.adapters.keepalived import KeepalivedProcess
+from lbctl.errors import ApplyError
+from lbctl.execute import execute
+from lbctl.node import load_node
+from lbctl.lab.traffic import summarize
+from lbctl.plan import Change
+from lbctl.render.keepalived import KeepalivedLayout
+
+WEB_HEALTH = PAIR["services"]["web"]["health"]
+DETECTION = 1.0 + 0.5  # interval + timeout of the web check in PAIR
+
+
+@pytest.fixture
+def pair(lab):
+    path = lab.reset(PAIR, "pair")
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
+                 what="lb1 master and lb2 backup")
+    return path
+
+
+def report(title, **figures):
+    print(f"\n[{title}] " + "  ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def ipvs_web_dests(lab, node="lb1"):
+    out = lab.sh(node, ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"], check=False).stdout
+    return {line.split()[1].rsplit(":", 1)[0] for line in out.splitlines()
+            if line.strip().startswith("->") and line.split()[1][0].isdigit()}
+
+
+def client_neigh_mac(lab, vip=WEB_VIP):
+    out = lab.sh("client", ["ip", "neigh", "show", vip, "dev", "eth0"], check=False).stdout.split()
+    return out[out.index("lladdr") + 1] if "lladdr" in out else None
+
+
+def test_a_pair_shares_one_table_and_a_reapply_leaves_keepalived_alone(lab, pair):
+    assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
+    assert ipvs_web_dests(lab) == {"192.168.100.3", "192.168.100.4", "192.168.100.6"}
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
+    assert {lab.ask_web(1)[0] for _ in range(6)} <= {"served by pi1", "served by pi2",
+                                                      "served by pi3"}
+    pids = lab.keepalived_pids("lb1")
+    again = lab.lbctl("lb1", "apply", str(pair))
+    assert again.returncode == 0, again.stderr
+    assert "no changes" in again.stdout and "IPVS matches" in again.stdout
+    assert lab.keepalived_pids("lb1") == pids
+    log = open(os.path.join(lab.nodes["lb1"].root, "run/lbctl/lab/keepalived.log")).read()
+    assert "Reloading" not in log
+    status = lab.lbctl("lb1", "status").stdout
+    assert "keepalived for cluster lab: VRRP MASTER" in status
+    assert "health web/pi1: up" in status
+
+
+def test_a_dead_worker_leaves_within_the_detection_time_and_returns_after_rise(lab, pair):
+    httpd = lab.nodes["pi2"].processes[0]
+    load = lab.traffic("load", WEB_VIP, "--seconds", 12, "--interval", 0.05, "--timeout", 0.5)
+    time.sleep(2)
+    stopped = time.time()
+    httpd.terminate()
+    httpd.wait()
+    lab.wait_for(lambda: "192.168.100.4" not in ipvs_web_dests(lab), timeout=15,
+                 what="pi2 to leave IPVS")
+    removed = time.time()
+    assert "192.168.100.4" not in ipvs_web_dests(lab, "lb2")
+    records = lab.finish(load)
+    after = [r for r in records if r[0] > removed]
+    report("health: worker stopped", removed_after=f"{removed - stopped:.2f}s",
+           configured_detection=f"{DETECTION}s",
+           failed_before_removal=sum(not r[2] for r in records if r[0] <= removed),
+           requests_after=len(after))
+    # Once removed, no request reaches the dead worker: every later one succeeds.
+    assert after and all(ok for _, _, ok, _ in after), [r for r in after if not r[2]]
+    status = lab.lbctl("lb1", "status").stdout
+    assert "health web/pi2: down" in status
+
+    restarted = time.time()
+    lab.nodes["pi2"].processes[0] = lab.spawn(
+        "pi2", ["busybox", "httpd", "-f", "-p", "0.0.0.0:80", "-h",
+                os.path.join(lab.workdir, "pi2-www")])
+    lab.wait_for(lambda: "192.168.100.4" in ipvs_web_dests(lab), timeout=30,
+                 what="pi2 to return")
+    back = time.time() - restarted
+    report("health: worker restarted", back_after=f"{back:.2f}s", rise=WEB_HEALTH["rise"])
+    # Flapping is damped: it takes `rise` passed checks, one interval apart.
+    assert back >= (WEB_HEALTH["rise"] - 1) * 1.0
+
+
+def test_a_crashed_master_hands_the_vip_to_the_backup(lab, pair):
+    assert client_neigh_mac(lab) in (None, lab.mac("lb1"))
+    lab.ask_web(1)
+    load = lab.traffic("load", WEB_VIP, "--seconds", 6, "--interval", 0.05, "--timeout", 0.5)
+    time.sleep(2)
+    crashed = time.time()
+    lab.kill_keepalived("lb1", signal.SIGKILL)
+    lab.wait_for(lambda: client_neigh_mac(lab) == lab.mac("lb2"), timeout=10,
+                 what="the client to reach the VIP at lb2")
+    moved = time.time() - crashed
+    summary = summarize(lab.finish(load), crashed)
+    report("failover: master keepalived killed", vip_on_backup_after=f"{moved:.2f}s",
+           failed=f"{summary['failed']}/{summary['requests']}")
+    assert lab.vrrp_state("lb2") == "MASTER"
+    # The crashed balancer comes back with the next apply, and takes over again.
+    again = lab.lbctl("lb1", "apply", str(pair))
+    assert again.returncode == 0, again.stderr
+    assert "keepalived start" in again.stdout
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
+                 what="lb1 to take over again")
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
+
+
+def test_a_master_cut_off_fails_over_and_back(lab, pair):
+    lab.ask_web(1)
+    load = lab.traffic("load", WEB_VIP, "--seconds", 12, "--interval", 0.05, "--timeout", 0.5)
+    time.sleep(2)
+    cut = time.time()
+    lab.set_link("lb1", False)
+    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=10, what="lb2 master")
+    time.sleep(3)
+    restored = time.time()
+    lab.set_link("lb1", True)
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
+                 what="lb1 to take over again")
+    records = lab.finish(load)
+    down, back = summarize([r for r in records if r[0] < restored], cut), \
+        summarize([r for r in records if r[0] >= restored], restored)
+    report("failover: master link down", vip_answers_after=f"{down['gap']:.2f}s",
+           failed=f"{down['failed']}/{down['requests']}")
+    report("failback: link restored", failed=f"{back['failed']}/{back['requests']}")
+    assert down["gap"] is not None and back["gap"] is not None
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
+
+
+def test_a_planned_failover_and_back_loses_no_request(lab, pair):
+    lower = pair_edited(balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 50}})
+    lowered = lab.write("pair-lb1-lowered", lower)
+    load = lab.traffic("load", WEB_VIP, "--seconds", 10, "--interval", 0.05, "--timeout", 2)
+    time.sleep(2)
+    for result in lab.apply_all(lowered).values():
+        assert result.returncode == 0, result.stdout + result.stderr
+    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", what="lb2 master")
+    time.sleep(2)
+    for result in lab.apply_all(pair).values():
+        assert result.returncode == 0, result.stdout + result.stderr
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
+    summary = summarize(lab.finish(load), 0)
+    report("planned failover and back", failed=f"{summary['failed']}/{summary['requests']}")
+    assert summary["failed"] == 0
+
+
+def _blob_hashes(lab):
+    hashes = set()
+    for name in ("pi1", "pi2", "pi3"):
+        with open(os.path.join(lab.workdir, f"{name}-www", "blob"), "rb") as fh:
+            hashes.add(hashlib.sha256(fh.read()).hexdigest())
+    return hashes
+
+
+def test_long_downloads_survive_failover_and_failback(lab, pair):
+    # 100 downloads of 1 MiB, each read at 96 KiB/s: about 11 s on the wire.
+    downloads = lab.traffic("downloads", WEB_VIP, "--count", 100, "--rate", 96 * 1024)
+    time.sleep(3)
+    lab.set_link("lb1", False)
+    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=10, what="lb2 master")
+    time.sleep(2)
+    lab.set_link("lb1", True)
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master again")
+    results = lab.finish(downloads)
+    exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
+    report("connection survival", complete_and_byte_exact=f"{len(exact)}/{len(results)}",
+           errors=sorted({r["error"] for r in results if r["error"]}))
+    assert len(exact) >= 0.99 * len(results)
+
+
+def test_a_split_brain_heals_to_one_master_and_one_mac(lab, pair):
+    for node in ("lb1", "lb2"):
+        lab.block_vrrp(node)
+    try:
+        lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=10,
+                     what="lb2 to become master as well")
+        assert lab.vrrp_state("lb1") == "MASTER"
+    finally:
+        for node in ("lb1", "lb2"):
+            lab.block_vrrp(node, blocked=False)
+    lab.wait_for(lambda: lab.vrrp_state("lb2") == "BACKUP", timeout=10, what="lb2 to yield")
+    assert lab.vrrp_state("lb1") == "MASTER"
+    time.sleep(1)
+    # Without flushing: the client's own cache already points at the one master.
+    assert client_neigh_mac(lab) == lab.mac("lb1")
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
+    addresses = lab.sh("lb2", ["ip", "-4", "-br", "addr", "show", "eth0"]).stdout
+    assert WEB_VIP not in addresses
+
+
+def test_adding_removing_and_reweighting_workers_under_load_fails_nothing(lab, pair):
+    def with_workers(servers):
+        return pair_edited(
+            workers=lambda w: {**w, "pi4": {"address": "192.168.100.7"}},
+            services=lambda s: {**s, "web": {**s["web"], "workers": servers}})
+
+    steps = [("add pi4", {"pi1": 1, "pi2": 1, "pi3": 2, "pi4": 1}),
+             ("remove pi3", {"pi1": 1, "pi2": 1, "pi4": 1}),
+             ("reweight", {"pi1": 3, "pi2": 1, "pi4": 1})]
+    for label, servers in steps:
+        path = lab.write(f"live-{label.replace(' ', '-')}", with_workers(servers))
+        load = lab.traffic("load", WEB_VIP, "--seconds", 8, "--interval", 0.05, "--timeout", 2)
+        time.sleep(1)
+        for node, result in lab.apply_all(path).items():
+            assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+        records = lab.finish(load)
+        served = {body for _, _, ok, body in records if ok}
+        report(f"live change: {label}", failed=f"{sum(not r[2] for r in records)}/{len(records)}")
+        assert all(ok for _, _, ok, _ in records)
+        # Requests sent just before the apply may still reach the worker it removes.
+        assert served <= {f"served by {w}" for w in servers} | {"served by pi3"}
+        assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
+    weights = {line.split()[1]: line.split()[3] for line in
+               lab.sh("lb1", ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"]).stdout.splitlines()
+               if line.strip().startswith("->") and line.split()[1][0].isdigit()}
+    assert weights == {"192.168.100.3:80": "3", "192.168.100.4:80": "1", "192.168.100.7:80": "1"}
+
+
+def test_a_config_keepalived_rejects_leaves_the_running_one_untouched(lab, pair, monkeypatch):
+    root = lab.nodes["lb1"].root
+    conf_path = os.path.join(root, "etc/lbctl/lab/keepalived.conf")
+    before = open(conf_path).read()
+    pids = lab.keepalived_pids("lb1")
+    rules = lab.ipvs_rules("lb1")
+    # keepalived, not lbctl, objects to this one: lbctl's own checks cannot see it.
+    assert KeepalivedProcess(KeepalivedLayout("lab", root)).test(before) == []
+    edited = lab.write("pair-edit", pair_edited(
+        balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 140}}))
+    monkeypatch.setattr("sys.argv", ["lbctl"])
+    with lab_namespace(lab, "lb1"):
+        ctx = load_node(str(edited), "lb1", root)
+        changes = [c if c.key != "/etc/lbctl/lab/keepalived.conf" else
+                   Change(c.action, c.kind, c.key, type(c.new)(
+                       c.new.content.replace("lvs_sched wrr", "lvs_sched fastest"), c.new.mode),
+                       c.old) for c in ctx.plan.changes]
+        ctx.plan.changes = changes
+        with pytest.raises(ApplyError, match="fastest"):
+            execute(ctx.plan, ctx.adapters)
+    assert open(conf_path).read() == before
+    assert lab.keepalived_pids("lb1") == pids
+    assert lab.ipvs_rules("lb1") == rules
+
+
+class lab_namespace:
+    """Run this process in a node's network namespace for a while (setns)."""
+
+    def __init__(self, lab, node):
+        self.path = f"/run/netns/{lab.nodes[node].netns}"
+
+    def __enter__(self):
+        self.home = open("/proc/self/ns/net")
+        with open(self.path) as target:
+            os.setns(target.fileno(), os.CLONE_NEWNET)
+
+    def __exit__(self, *exc):
+        os.setns(self.home.fileno(), os.CLONE_NEWNET)
+        self.home.close()
