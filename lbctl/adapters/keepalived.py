@@ -82,14 +82,16 @@ class KeepalivedProcess:
         if self.use_systemd:
             self._systemctl("start")
             return
-        log = os.open(self.layout.real(f"{self.layout.run_dir}/keepalived.log"),
-                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        log = os.open(self._log(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         try:
-            subprocess.Popen(keepalived_argv(self.layout, self.binary), stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=log, start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(keepalived_argv(self.layout, self.binary),
+                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=True, close_fds=True)
         finally:
             os.close(log)
-        self._wait(lambda: self._pid() is not None, "start")
+        self._wait(lambda: self._pid() is not None or proc.poll() is not None, "start")
+        if self._pid() is None:
+            raise ApplyError("start", "keepalived", f"it exited at once:\n  {self._log_tail()}")
 
     def reload(self):
         if self.use_systemd:
@@ -121,6 +123,16 @@ class KeepalivedProcess:
         os.chmod(state_dir, 0o755)
         return run_dir
 
+    def _log(self):
+        return self.layout.real(f"{self.layout.run_dir}/keepalived.log")
+
+    def _log_tail(self, lines=5):
+        try:
+            with open(self._log(), encoding="utf-8", errors="replace") as fh:
+                return "\n  ".join(fh.read().splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
     def _systemctl(self, verb):
         result = _run(["systemctl", verb, self.layout.unit])
         if result.returncode != 0:
@@ -133,8 +145,7 @@ class KeepalivedProcess:
             if done():
                 return
             time.sleep(0.05)
-        log = self.layout.real(f"{self.layout.run_dir}/keepalived.log")
-        raise ApplyError(verb, "keepalived", f"not done after {timeout}s; see {log}")
+        raise ApplyError(verb, "keepalived", f"not done after {timeout}s; see {self._log()}")
 
 
 def _user_exists(name):

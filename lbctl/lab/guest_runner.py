@@ -44,6 +44,17 @@ def _prepare_system(job):
     subprocess.run(["hostname", "lbctl-lab"], check=False)
 
 
+def _run_reaping(job):
+    """Run the job; as PID 1, also reap every orphan (daemons started by the job)
+    so that a killed daemon is gone rather than left as a zombie."""
+    proc = subprocess.Popen(job["argv"], cwd=job["cwd"], env=job["env"])
+    while True:
+        pid, wait_status = os.wait()
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(wait_status)
+            return proc.returncode
+
+
 def main(results_dir):
     os.environ["PATH"] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     with open(os.path.join(results_dir, "job.json")) as fh:
@@ -51,7 +62,7 @@ def main(results_dir):
     status = 1
     try:
         _prepare_system(job)
-        status = subprocess.run(job["argv"], cwd=job["cwd"], env=job["env"]).returncode
+        status = _run_reaping(job)
     except Exception as exc:  # PID 1 must always reach poweroff
         print(f"lab-vm: {exc}", file=sys.stderr, flush=True)
     with open(os.path.join(results_dir, "exit-status"), "w") as fh:

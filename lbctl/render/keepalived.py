@@ -76,8 +76,9 @@ def render_keepalived_unit(layout, keepalived="/usr/sbin/keepalived"):
 
 
 def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):
-    """keepalived in the foreground, logging to its output, with this cluster's own files."""
-    return [keepalived, "--dont-fork", "--log-console", "--log-detail",
+    """keepalived in the foreground, logging to its output only (the journal, or a
+    log file in the lab), with this cluster's own files."""
+    return [keepalived, "--dont-fork", "--log-console", "--no-syslog", "--log-detail",
             "--use-file", layout.real(layout.conf),
             "--pid", layout.real(layout.pid_file()),
             "--vrrp_pid", layout.real(layout.pid_file("vrrp")),
