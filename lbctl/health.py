@@ -41,9 +41,9 @@ def health_of(reported, service, worker):
 
 def settle_seconds(cluster):
     """How long a fresh keepalived needs before every check had its chance."""
-    waits = [s.health.rise * s.health.interval + s.health.timeout
-             for s in cluster.services.values() if s.health is not None]
-    return max(waits, default=0) + 3
+    from lbctl.render.keepalived import health_settle_seconds
+
+    return health_settle_seconds(cluster) + 3
 
 
 def ipvs_drift(cluster, reported, services):

@@ -106,7 +106,7 @@ def test_a_crashed_master_hands_the_vip_to_the_backup(lab, pair):
     lab.ask_web(1)
     load = lab.traffic("load", WEB_VIP, "--seconds", 6, "--interval", 0.05, "--timeout", 0.5)
     time.sleep(2)
-    crashed = time.time()
+    crashed = time.time()  # SIGKILL lands at once; the wait for exit follows
     lab.kill_keepalived("lb1", signal.SIGKILL)
     lab.wait_for(lambda: client_neigh_mac(lab) == lab.mac("lb2"), timeout=10,
                  what="the client to reach the VIP at lb2")
@@ -129,12 +129,12 @@ def test_a_master_cut_off_fails_over_and_back(lab, pair):
     lab.ask_web(1)
     load = lab.traffic("load", WEB_VIP, "--seconds", 12, "--interval", 0.05, "--timeout", 0.5)
     time.sleep(2)
-    cut = time.time()
     lab.set_link("lb1", False)
+    cut = time.time()
     lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=10, what="lb2 master")
     time.sleep(3)
-    restored = time.time()
     lab.set_link("lb1", True)
+    restored = time.time()
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
                  what="lb1 to take over again")
     records = lab.finish(load)
@@ -174,8 +174,9 @@ def _blob_hashes(lab):
 
 
 def test_long_downloads_survive_failover_and_failback(lab, pair):
-    # 100 downloads of 1 MiB, each read at 96 KiB/s: about 11 s on the wire.
-    downloads = lab.traffic("downloads", WEB_VIP, "--count", 100, "--rate", 96 * 1024)
+    # 100 downloads of 1 MiB, each read at 64 KiB/s: about 16 s on the wire, long
+    # enough to span the failover and, after the preempt delay, the failback.
+    downloads = lab.traffic("downloads", WEB_VIP, "--count", 100, "--rate", 64 * 1024)
     time.sleep(3)
     lab.set_link("lb1", False)
     lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=10, what="lb2 master")
