@@ -65,9 +65,11 @@ def make_plan(desired, observed, owned, force=False):
     for addr in sorted(desired.addresses - observed.addresses):
         adds.append(Change(ADD, "address", addr))
     for key, value in desired.sysctls.items():
-        if observed.sysctls.get(key) != value:
-            adds.append(Change(CHANGE, "sysctl", key, value, observed.sysctls.get(key),
-                               f" = {value} (now {observed.sysctls.get(key, 'unset')})"))
+        now = observed.sysctls.get(key)
+        if now != value:
+            shown = " ".join(value.split())  # vector values read back tab-separated
+            adds.append(Change(CHANGE, "sysctl", key, value, now,
+                               f" = {shown} (now {' '.join((now or 'unset').split())})"))
     for path, spec in sorted(desired.files.items()):
         old = observed.files.get(path)
         if old != spec:

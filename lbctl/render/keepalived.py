@@ -76,9 +76,11 @@ def health_settle_seconds(cluster):
                 for s in cluster.services.values() if s.health is not None), default=0)
 
 
-def render_keepalived_unit(layout, keepalived="/usr/sbin/keepalived"):
+def render_keepalived_unit(layout, ipvs_sysctls=None, keepalived="/usr/sbin/keepalived"):
+    """The unit; `ipvs_sysctls` are set after ip_vs loads (sysctl.d runs too early)."""
+    settings = [f"{key}={' '.join(value.split())}" for key, value in (ipvs_sysctls or {}).items()]
     return render("systemd", "lbctl-keepalived.service", cluster=layout.cluster,
-                  argv=" ".join(keepalived_argv(layout, keepalived)),
+                  argv=" ".join(keepalived_argv(layout, keepalived)), settings=settings,
                   state_dir=layout.real(layout.state_dir), script_user=SCRIPT_USER)
 
 
