@@ -41,7 +41,7 @@ def build_parser():
     p = sub.add_parser("lab", help="the cluster in network namespaces, on this machine")
     lab = p.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")
     d = lab.add_parser("demo", help="build the lab, apply, send traffic, show the result, tear down")
-    d.add_argument("file", nargs="?", help="cluster file (default: the bundled single-balancer example)")
+    d.add_argument("file", nargs="?", help="cluster file (default: the bundled failover-pair example)")
     d.add_argument("--requests", type=int, default=12, help="curl requests to show (default 12)")
     return parser
 

@@ -6,7 +6,8 @@ from importlib.resources import files
 
 
 def default_example():
-    return str(files("lbctl.data.examples").joinpath("pi-single.yaml"))
+    """The reference Pi cluster: a failover pair in front of three workers."""
+    return str(files("lbctl.data.examples").joinpath("pi-pair.yaml"))
 
 
 def run(args, out):

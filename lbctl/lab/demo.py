@@ -9,9 +9,11 @@ crossed the balancer.
 import collections
 import re
 import shutil
+import time
 
 from lbctl.config import load_cluster
 from lbctl.lab.topology import BLOB_BYTES, Lab
+from lbctl.lab.traffic import summarize
 
 DOWNLOADS = 10
 
@@ -74,6 +76,9 @@ def demo(cluster_file, out, requests=12):
             _print(out, f"   the balancer carried {share:.2f}% of what the client received: "
                         "responses went from the workers straight to the client")
 
+        if len(cluster.balancers) == 2 and web is not None:
+            _failover(lab, cluster, web, out)
+
         _print(out, f"\n== lbctl status on {balancer}")
         _print(out, lab.lbctl(balancer, "status").stdout.rstrip())
         first_worker = next(iter(cluster.workers))
@@ -81,3 +86,33 @@ def demo(cluster_file, out, requests=12):
         _print(out, lab.lbctl(first_worker, "status").stdout.rstrip())
         _print(out, "\n== tearing the lab down")
     return 0
+
+
+def _failover(lab, cluster, web, out):
+    """Cut the master off under a steady load, then bring it back: what did clients see?"""
+    master, backup = list(cluster.balancers)
+    lab.wait_for(lambda: lab.vrrp_state(master) == "MASTER", what=f"{master} to be master")
+    interval, timeout = 0.05, 0.5
+    _print(out, f"\n== failover: a request to {web.vip}:{web.port} every {interval * 1000:.0f} ms "
+                f"(each given {timeout} s); {master} is MASTER, {backup} BACKUP "
+                f"(VRRP advert every {cluster.vrrp.advert_interval:g} s)")
+    load = lab.traffic("load", web.vip, "--port", web.port, "--seconds", 14,
+                       "--interval", interval, "--timeout", timeout)
+    time.sleep(2)
+    lab.set_link(master, False)
+    cut = time.time()
+    _print(out, f"   {master}: eth0 down (as if its cable were pulled)")
+    lab.wait_for(lambda: lab.vrrp_state(backup) == "MASTER", what=f"{backup} to take over")
+    time.sleep(3)
+    lab.set_link(master, True)
+    restored = time.time()
+    _print(out, f"   {master}: eth0 up again; it waits for its health checks, then takes back over")
+    lab.wait_for(lambda: lab.vrrp_state(master) == "MASTER", timeout=60,
+                 what=f"{master} to take back over")
+    records = lab.finish(load)
+    down = summarize([r for r in records if r[0] < restored], cut)
+    back = summarize([r for r in records if r[0] >= restored], restored)
+    gap = "never" if down["gap"] is None else f"{down['gap']:.2f} s"
+    _print(out, f"   failover: the VIP answered from {backup} {gap} after the cut; "
+                f"{down['failed']} of {down['requests']} requests failed")
+    _print(out, f"   failback: {back['failed']} of {back['requests']} requests failed")
