@@ -26,3 +26,20 @@ def test_a_worker_shows_its_vips_and_arp_settings():
     assert "IPVS services: none" in text
     assert "VIPs on lo: 192.168.100.10" in text
     assert "eth0       arp_ignore=1  arp_announce=2" in text
+
+
+def test_a_keepalived_balancer_shows_vrrp_state_and_each_workers_health(tmp_path):
+    from lbctl.commands.status import keepalived_states
+
+    state = tmp_path / "run/lbctl/pi-web/state"
+    state.mkdir(parents=True)
+    (state / "vrrp").write_text("MASTER 1000.5\n")
+    (state / "health.web@pi1").write_text("up 1000.0\n")
+    (state / "health.web@pi.2").write_text("down 1090.0\n")
+    (state / "check.web@pi1").write_text("up 0\n")  # lbctl-check's own counter, not health
+    states = keepalived_states(str(tmp_path))
+    assert [h["worker"] for h in states["pi-web"]["health"]] == ["pi.2", "pi1"]
+    text = format_status(dict(BALANCER, keepalived=states), now=1100.0)
+    assert "keepalived for cluster pi-web: VRRP MASTER for 100s" in text
+    assert "health web/pi1: up for 100s" in text
+    assert "health web/pi.2: down for 10s" in text
