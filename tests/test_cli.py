@@ -12,7 +12,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pi-single.yaml"
 def test_validate_a_good_file(capsys):
     assert main(["validate", str(EXAMPLE)]) == 0
     assert capsys.readouterr().out.strip() == (
-        f"{EXAMPLE}: valid: cluster pi-web, 1 balancer(s), 3 worker(s), 2 service(s)")
+        f"{EXAMPLE}: valid: cluster pi-web, 1 balancer(s), 3 worker(s), 2 service(s); balancers run by netlink")
 
 
 def test_usage_errors_exit_2(capsys):

@@ -4,5 +4,6 @@ from lbctl.config import load_cluster
 def run(args, out):
     cluster = load_cluster(args.file)
     out.write(f"{args.file}: valid: cluster {cluster.name}, {len(cluster.balancers)} balancer(s), "
-              f"{len(cluster.workers)} worker(s), {len(cluster.services)} service(s)\n")
+              f"{len(cluster.workers)} worker(s), {len(cluster.services)} service(s); "
+              f"balancers run by {cluster.engine}\n")
     return 0
