@@ -1,24 +1,34 @@
-"""Bad cluster files are refused with FILE:LINE:COL and leave the node exactly as it was."""
+"""Bad cluster files are refused with FILE:LINE:COL and leave the node exactly as it was,
+keepalived included: they never reach it."""
 
 from pathlib import Path
 
 import pytest
 
 from bad_cases import bad_cases, error_lines
+from clusters import PAIR
+
+
+def _files(root):
+    return {str(p): p.read_bytes() for p in sorted(Path(root).rglob("*"))
+            if p.is_file() and "state" not in p.parts and p.suffix != ".log"}
 
 
 def _snapshot(lab, node):
     return (lab.ipvs_rules(node) if node == "lb1" else None,
+            lab.keepalived_pids(node) if node == "lb1" else None,
             lab.sh(node, ["ip", "-4", "-o", "address"]).stdout,
             lab.sh(node, ["sysctl", "net.ipv4.conf.all.arp_ignore",
                           "net.ipv4.conf.eth0.arp_ignore"]).stdout,
-            sorted(str(p) for p in Path(lab.nodes[node].root).rglob("*")))
+            _files(lab.nodes[node].root))
 
 
 @pytest.fixture(scope="module")
 def applied(lab):
-    """The base cluster in place, so there is something a bad apply could break."""
-    return lab.reset()
+    """The failover pair in place (keepalived running), so a bad apply has much to break."""
+    path = lab.reset(PAIR, "pair")
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
+    return path
 
 
 @pytest.mark.parametrize("case", bad_cases(), ids=lambda c: c.name)

@@ -10,7 +10,9 @@ far more; loads that measure a gap use 0.5 s, so a lost request shows.
 import hashlib
 import os
 import signal
+import stat
 import time
+from pathlib import Path
 
 import pytest
 
@@ -67,6 +69,11 @@ def test_a_pair_shares_one_table_and_a_reapply_leaves_keepalived_alone(lab, pair
     status = lab.lbctl("lb1", "status").stdout
     assert "keepalived for cluster lab: VRRP MASTER" in status
     assert "health web/pi1: up" in status
+    # Nothing lbctl, keepalived or the hooks wrote is writable by other users.
+    root = Path(lab.nodes["lb1"].root)
+    writable = [str(p) for p in root.rglob("*")
+                if not p.is_symlink() and p.stat().st_mode & stat.S_IWOTH]
+    assert writable == []
 
 
 def test_a_dead_worker_leaves_within_the_detection_time_and_returns_after_rise(lab, pair):
