@@ -13,6 +13,12 @@ KEEPALIVED_SCRIPTS = ("lbctl-check", "lbctl-notify")
 # packets instead of 50: in the lab, with the default, a burst of new
 # connections left a fifth of them unknown to the backup at failover.
 PAIR_SYSCTLS = {"net.ipv4.vs.sync_threshold": "3\t10"}
+# Every balancer: a packet for a connection whose real server was deleted
+# expires that connection and is scheduled afresh, instead of being dropped.
+# Without it a client that reuses a source port of a recently closed
+# connection to a removed worker (IPVS keeps it in FIN_WAIT for two minutes)
+# sees its SYNs vanish until the entry times out.
+BALANCER_SYSCTLS = {"net.ipv4.vs.expire_nodest_conn": "1"}
 
 
 def find_node(cluster, local_addresses, requested=None):
@@ -75,9 +81,9 @@ def desired_keepalived_balancer(cluster, node, interface, layout):
     )
 
     state = NodeState("balancer", node, cluster.name)
-    pair = len(cluster.balancers) > 1
-    if pair:
-        state.sysctls = dict(PAIR_SYSCTLS)
+    state.sysctls = dict(BALANCER_SYSCTLS)
+    if len(cluster.balancers) > 1:
+        state.sysctls.update(PAIR_SYSCTLS)
     state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout))
     scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
     for path, name in scripts.items():
@@ -91,6 +97,7 @@ def desired_keepalived_balancer(cluster, node, interface, layout):
 
 def desired_balancer(cluster, node, interface, boot=None):
     state = NodeState("balancer", node, cluster.name)
+    state.sysctls = dict(BALANCER_SYSCTLS)
     # A single balancer holds the VIPs itself; it answers ARP for them.
     state.addresses = {Address(vip, interface) for vip in cluster.vips}
     for svc in cluster.services.values():

@@ -44,7 +44,9 @@ def test_balancer_holds_vips_on_its_lan_and_programs_every_real_server():
         ("udp 192.168.100.11:53 -> 192.168.100.4:53", 1),
     ]
     assert all(v == DestSpec(v.weight) for v in state.dests.values())  # direct routing
-    assert not state.files and not state.sysctls
+    assert not state.files
+    # A packet for a deleted real server's connection is scheduled afresh.
+    assert state.sysctls == {"net.ipv4.vs.expire_nodest_conn": "1"}
 
 
 def test_worker_holds_only_the_vips_of_its_services_on_lo_with_arp_settings():

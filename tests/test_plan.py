@@ -27,8 +27,8 @@ def test_a_fresh_balancer_gets_addresses_then_services_then_real_servers():
     desired = balancer()
     plan = make_plan(desired, NodeState("balancer", "lb1", "pi-web"), Ownership())
     kinds = [c.kind for c in plan.changes]
-    assert kinds == ["address"] * 2 + ["service"] * 2 + ["real server"] * 5
-    assert all(c.action == ADD for c in plan.changes)
+    assert kinds == ["address"] * 2 + ["sysctl"] + ["service"] * 2 + ["real server"] * 5
+    assert all(c.action == ADD for c in plan.changes if c.kind != "sysctl")
     assert plan.owned_before.services == set(desired.services)
 
 
@@ -115,4 +115,4 @@ def test_weight_and_sysctl_changes_show_old_and_new_values():
 def test_plan_text_counts_changes():
     desired = balancer()
     text = format_plan(make_plan(desired, NodeState("balancer", "lb1", "pi-web"), Ownership()))
-    assert text.splitlines()[-1] == "9 to add, 0 to change, 0 to remove."
+    assert text.splitlines()[-1] == "9 to add, 1 to change, 0 to remove."
