@@ -39,6 +39,19 @@ def health_of(reported, service, worker):
     return reported.get(f"health.{service}@{worker}")
 
 
+def workers_health(reported):
+    """[(service, worker, Reported)] for every health file, sorted.
+
+    '@' separates the names because no service or worker name may contain it.
+    """
+    found = []
+    for name, r in sorted(reported.items()):
+        if name.startswith("health."):
+            service, _, worker = name[len("health."):].partition("@")
+            found.append((service, worker, r))
+    return found
+
+
 def settle_seconds(cluster):
     """How long a fresh keepalived needs before every check had its chance."""
     from lbctl.render.keepalived import health_settle_seconds

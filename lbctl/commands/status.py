@@ -42,18 +42,17 @@ def collect(root="/"):
 
 def keepalived_states(root):
     """{cluster: {"vrrp": ..., "health": [...]}} from the notify hooks' state folders."""
-    from lbctl.health import read_state_dir
+    from lbctl.health import read_state_dir, workers_health
 
     base = os.path.join(root, "run/lbctl")
     found = {}
     for cluster in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         reported = read_state_dir(os.path.join(base, cluster, "state"))
-        vrrp = reported.pop("vrrp", None)
+        vrrp = reported.get("vrrp")
         found[cluster] = {
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
-            "health": [{"service": name[len("health."):].partition("@")[0],
-                        "worker": name.partition("@")[2], "state": r.state, "since": r.since}
-                       for name, r in sorted(reported.items())],
+            "health": [{"service": service, "worker": worker, "state": r.state,
+                        "since": r.since} for service, worker, r in workers_health(reported)],
         }
     return found
 
