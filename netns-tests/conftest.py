@@ -31,6 +31,22 @@ def pytest_sessionstart(session):
         raise pytest.UsageError("netns-tests need root to create network namespaces")
 
 
+MEASUREMENTS = []  # what the tests measured, printed at the end of every run
+
+
+def measured(title, **figures):
+    line = f"[{title}] " + "  ".join(f"{k}={v}" for k, v in figures.items())
+    MEASUREMENTS.append(line)
+    print("\n" + line)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if MEASUREMENTS:
+        terminalreporter.section("measured in the lab")
+        for line in MEASUREMENTS:
+            terminalreporter.write_line(line)
+
+
 class ClusterLab(Lab):
     """The lab plus the helpers the tests share."""
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from clusters import PAIR, WEB_VIP, pair_edited
+from conftest import measured as report
 from lbctl.adapters.keepalived import KeepalivedProcess
 from lbctl.errors import ApplyError
 from lbctl.execute import execute
@@ -35,10 +36,6 @@ def pair(lab):
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
                  what="lb1 master and lb2 backup")
     return path
-
-
-def report(title, **figures):
-    print(f"\n[{title}] " + "  ".join(f"{k}={v}" for k, v in figures.items()))
 
 
 def ipvs_web_dests(lab, node="lb1"):
