@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
 from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
-from lbctl.render.systemd import render_balancer_unit, render_worker_unit
+from lbctl.render.systemd import render_balancer_unit, render_worker_unit, systemd_unit_name
 from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
 
 KEEPALIVED_SCRIPTS = ("lbctl-check", "lbctl-notify")
@@ -48,8 +48,8 @@ def sysctl_path(cluster):
 
 
 def unit_name(cluster, purpose):
-    """lbctl's boot units: "vips" on a worker, "balancer" on a balancer."""
-    return f"lbctl-{cluster.name}-{purpose}.service"
+    """lbctl's units: "vips" on a worker, "balancer" or "keepalived" on a balancer."""
+    return systemd_unit_name(cluster.name, purpose)
 
 
 def saved_config_path(cluster):

@@ -3,6 +3,7 @@
 import os
 from dataclasses import dataclass
 
+from lbctl.render.systemd import systemd_unit_name
 from lbctl.render.templates import render, template_text
 
 SCRIPT_USER = "lbctl"  # unprivileged user for health checks and notify hooks
@@ -48,7 +49,7 @@ class KeepalivedLayout:
 
     @property
     def unit(self):
-        return f"lbctl-{self.cluster}-keepalived.service"
+        return systemd_unit_name(self.cluster, "keepalived")
 
     def pid_file(self, process="keepalived"):
         return f"{self.run_dir}/{process}.pid"
