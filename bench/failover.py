@@ -70,16 +70,6 @@ def prepare(lab, connections):
                       f"net.ipv4.vs.sloppy_tcp={int(connections == 'sloppy')}"])
 
 
-def cut_and_restore(lab, seconds_down=3):
-    lab.set_link("lb1", False)
-    cut = time.time()
-    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=30, what="lb2 master")
-    time.sleep(seconds_down)
-    lab.set_link("lb1", True)
-    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", timeout=60, what="lb1 master")
-    return cut
-
-
 def measure(lab, path, connections):
     for node, result in lab.apply_all(path, extra=("--force",)).items():
         if result.returncode != 0:
@@ -88,11 +78,11 @@ def measure(lab, path, connections):
     prepare(lab, connections)
     load = lab.traffic("load", VIP, "--seconds", 8, "--interval", 0.05, "--timeout", 0.5)
     time.sleep(2)
-    cut = cut_and_restore(lab)
+    cut, _ = lab.cut_master("lb1", "lb2", seconds_down=3)
     summary = summarize([r for r in lab.finish(load) if r[0] < cut + 4], cut)
     downloads = lab.traffic("downloads", VIP, "--count", 100, "--rate", 64 * 1024)
     time.sleep(3)
-    cut_and_restore(lab, seconds_down=2)
+    lab.cut_master("lb1", "lb2", seconds_down=2)
     results = lab.finish(downloads)
     complete = sum(r["ok"] for r in results)
     return summary, complete, len(results)

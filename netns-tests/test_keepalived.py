@@ -39,10 +39,15 @@ def pair(lab):
     return path
 
 
-def ipvs_web_dests(lab, node="lb1"):
+def ipvs_web_weights(lab, node="lb1"):
+    """{"ADDRESS:PORT": weight} of the web service's real servers on a balancer."""
     out = lab.sh(node, ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"], check=False).stdout
-    return {line.split()[1].rsplit(":", 1)[0] for line in out.splitlines()
+    return {line.split()[1]: line.split()[3] for line in out.splitlines()
             if line.strip().startswith("->") and line.split()[1][0].isdigit()}
+
+
+def ipvs_web_dests(lab, node="lb1"):
+    return {dest.rsplit(":", 1)[0] for dest in ipvs_web_weights(lab, node)}
 
 
 def client_neigh_mac(lab, vip=WEB_VIP):
@@ -136,14 +141,7 @@ def test_a_master_cut_off_fails_over_and_back(lab, pair):
     lab.ask_web(1)
     load = lab.traffic("load", WEB_VIP, "--seconds", 12, "--interval", 0.05, "--timeout", 0.5)
     time.sleep(2)
-    lab.set_link("lb1", False)
-    cut = time.time()
-    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=10, what="lb2 master")
-    time.sleep(3)
-    lab.set_link("lb1", True)
-    restored = time.time()
-    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
-                 what="lb1 to take over again")
+    cut, restored = lab.cut_master("lb1", "lb2", seconds_down=3)
     records = lab.finish(load)
     down, back = summarize([r for r in records if r[0] < restored], cut), \
         summarize([r for r in records if r[0] >= restored], restored)
@@ -185,11 +183,7 @@ def test_long_downloads_survive_failover_and_failback(lab, pair):
     # enough to span the failover and, after the preempt delay, the failback.
     downloads = lab.traffic("downloads", WEB_VIP, "--count", 100, "--rate", 64 * 1024)
     time.sleep(3)
-    lab.set_link("lb1", False)
-    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", timeout=10, what="lb2 master")
-    time.sleep(2)
-    lab.set_link("lb1", True)
-    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master again")
+    lab.cut_master("lb1", "lb2", seconds_down=2)
     results = lab.finish(downloads)
     exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
     report("connection survival", complete_and_byte_exact=f"{len(exact)}/{len(results)}",
@@ -240,10 +234,7 @@ def test_adding_removing_and_reweighting_workers_under_load_fails_nothing(lab, p
         # Requests sent just before the apply may still reach the worker it removes.
         assert served <= {f"served by {w}" for w in servers} | {"served by pi3"}
         assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
-    weights = {line.split()[1]: line.split()[3] for line in
-               lab.sh("lb1", ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"]).stdout.splitlines()
-               if line.strip().startswith("->") and line.split()[1][0].isdigit()}
-    assert weights == {"192.168.100.3:80": "3", "192.168.100.4:80": "1", "192.168.100.7:80": "1"}
+    assert ipvs_web_weights(lab) == {"192.168.100.3:80": "3", "192.168.100.4:80": "1", "192.168.100.7:80": "1"}
 
 
 # Apply on lb1 as lbctl does, except that the keepalived.conf in the plan is made

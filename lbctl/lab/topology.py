@@ -244,6 +244,22 @@ class Lab:
     def set_link(self, node, up):
         run(["ip", "-n", self.nodes[node].netns, "link", "set", "eth0", "up" if up else "down"])
 
+    def cut_master(self, master, backup, seconds_down):
+        """Pull the master's cable, wait for the backup to take over, plug it back
+        in after `seconds_down` and wait for the master to take back over.
+        Returns when the link went down and when it came back (epoch seconds)."""
+        self.set_link(master, False)
+        cut = time.time()
+        self.wait_for(lambda: self.vrrp_state(backup) == "MASTER", timeout=30,
+                      what=f"{backup} to take over")
+        time.sleep(seconds_down)
+        self.set_link(master, True)
+        restored = time.time()
+        self.wait_for(lambda: self.vrrp_state(master) == "MASTER"
+                      and self.vrrp_state(backup) == "BACKUP", timeout=60,
+                      what=f"{master} to take back over")
+        return cut, restored
+
     def block_vrrp(self, node, blocked=True):
         """Drop VRRP (IP protocol 112) arriving at a node: the balancers stop hearing
         each other while clients still reach both."""
