@@ -43,9 +43,10 @@ def execute(plan, adapters):
 
     daemon = [c for c in adds if c.kind == "keepalived"]
     _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS + ("keepalived",)], report)
+    reloaded = 0  # how many of report.done systemd has seen
     if daemon:
-        if _units_changed(report) and files.root == "/":
-            _systemd_reload()
+        # systemd must know a new or changed unit before it can start it.
+        reloaded = _reload_units(report, files, since=0)
         _run_daemon(adapters, daemon, report)
     ipvs_adds = [c for c in adds if c.kind in IPVS_KINDS]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_adds], ipvs_adds, report)
@@ -59,13 +60,17 @@ def execute(plan, adapters):
 
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after):
         report.writes += 1
-    if _units_changed(report) and adapters.files.root == "/":
-        _systemd_reload()
+    _reload_units(report, files, since=reloaded)
     return report
 
 
-def _units_changed(report):
-    return any(c.kind in ("file", "link") and c.key.endswith(".service") for c in report.done)
+def _reload_units(report, files, since):
+    """Tell systemd about units changed in report.done[since:]; returns the new mark."""
+    changed = any(c.kind in ("file", "link") and c.key.endswith(".service")
+                  for c in report.done[since:])
+    if changed and files.root == "/":
+        _systemd_reload()
+    return len(report.done)
 
 
 def _test_daemon_config(plan, adapters):
@@ -92,8 +97,6 @@ def _run_daemon(adapters, changes, report):
                   REMOVE: adapters.keepalived.stop}[change.action]
         try:
             action()
-        except ApplyError:
-            raise
         except OSError as exc:
             raise ApplyError(change.key, change.kind, exc.strerror or str(exc)) from exc
         report.done.append(change)

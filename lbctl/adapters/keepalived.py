@@ -117,7 +117,7 @@ class KeepalivedProcess:
         state_dir = self.layout.real(self.layout.state_dir)
         os.makedirs(run_dir, mode=0o755, exist_ok=True)
         os.makedirs(state_dir, mode=0o755, exist_ok=True)
-        user = pwd.getpwnam(SCRIPT_USER) if _user_exists(SCRIPT_USER) else None
+        user = _user(SCRIPT_USER)
         if user is not None:
             os.chown(state_dir, user.pw_uid, user.pw_gid)
         os.chmod(state_dir, 0o755)
@@ -148,22 +148,21 @@ class KeepalivedProcess:
         raise ApplyError(verb, "keepalived", f"not done after {timeout}s; see {self._log()}")
 
 
-def _user_exists(name):
+def _user(name):
     try:
-        pwd.getpwnam(name)
-        return True
+        return pwd.getpwnam(name)
     except KeyError:
-        return False
+        return None
 
 
 def ensure_system_user(name):
     """A system user with no home and no login, as packages create them."""
     for _ in range(20):
-        if _user_exists(name):
+        if _user(name) is not None:
             return
         result = _run(["useradd", "--system", "--user-group", "--no-create-home",
                        "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name])
-        if result.returncode == 0 or _user_exists(name):
+        if result.returncode == 0 or _user(name) is not None:
             return
         time.sleep(0.1)  # another apply holds the user database lock
     raise ApplyError("add", f"system user {name}", result.stderr.strip() or "useradd failed")
