@@ -54,9 +54,7 @@ def workers_health(reported):
 
 def settle_seconds(cluster):
     """How long a fresh keepalived needs before every check had its chance."""
-    from lbctl.render.keepalived import health_settle_seconds
-
-    return health_settle_seconds(cluster) + 3
+    return cluster.health_settle_seconds + 3
 
 
 def ipvs_drift(cluster, reported, services):

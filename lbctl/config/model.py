@@ -126,6 +126,12 @@ class Cluster:
         return "keepalived" if self.vrrp is not None else "netlink"
 
     @property
+    def health_settle_seconds(self):
+        """How long fresh checks take to bring every healthy worker in: `rise` passes."""
+        return max((s.health.rise * s.health.interval + s.health.timeout
+                    for s in self.services.values() if s.health is not None), default=0)
+
+    @property
     def vips(self):
         return sorted({s.vip for s in self.services.values()})
 

@@ -65,16 +65,10 @@ def render_keepalived_conf(cluster, node, interface, layout):
                   cluster=cluster.name, node=node, interface=interface,
                   address=balancer.address, priority=balancer.priority or 100,
                   peer=peers[0] if peers else None, vrrp=cluster.vrrp, vips=cluster.vips,
-                  preempt_delay=f"{health_settle_seconds(cluster) + 1:g}",
+                  preempt_delay=f"{cluster.health_settle_seconds + 1:g}",
                   services=list(cluster.services.values()), script_user=SCRIPT_USER,
                   notify=layout.real(layout.notify), check=layout.real(layout.check),
                   state_dir=layout.real(layout.state_dir))
-
-
-def health_settle_seconds(cluster):
-    """How long fresh checks take to bring every healthy worker in: `rise` passes."""
-    return max((s.health.rise * s.health.interval + s.health.timeout
-                for s in cluster.services.values() if s.health is not None), default=0)
 
 
 def render_keepalived_unit(layout, ipvs_sysctls=None, keepalived="/usr/sbin/keepalived"):
