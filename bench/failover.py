@@ -47,7 +47,8 @@ PAIR = {
 
 def variant(advert="200ms", scheduler="wlc"):
     spec = copy.deepcopy(PAIR)
-    spec["vrrp"] = {"advert_interval": advert}
+    # This benchmark measures the failback too, so the master takes back over.
+    spec["vrrp"] = {"advert_interval": advert, "preempt": True}
     spec["services"]["web"]["scheduler"] = scheduler
     return spec
 

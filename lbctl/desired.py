@@ -18,7 +18,13 @@ PAIR_SYSCTLS = {"net.ipv4.vs.sync_threshold": "3\t10"}
 # Without it a client that reuses a source port of a recently closed
 # connection to a removed worker (IPVS keeps it in FIN_WAIT for two minutes)
 # sees its SYNs vanish until the entry times out.
-BALANCER_SYSCTLS = {"net.ipv4.vs.expire_nodest_conn": "1"}
+#
+# And a persistence template whose real server has weight 0 (draining, or
+# inhibited by a failed check) expires instead of sending its client there
+# for as long as the client keeps coming back: without it, a drain under
+# persistence never ends.
+BALANCER_SYSCTLS = {"net.ipv4.vs.expire_nodest_conn": "1",
+                    "net.ipv4.vs.expire_quiescent_template": "1"}
 
 
 def find_node(cluster, local_addresses, requested=None):
@@ -70,27 +76,59 @@ def _enable(state, unit, text):
     state.links[f"/etc/systemd/system/multi-user.target.wants/{unit}"] = path
 
 
-def desired_keepalived_balancer(cluster, node, interface, layout):
+def leaving_real_servers(cluster, ipvs_services):
+    """{DestKey: DestSpec} of real servers the kernel holds for a service of the
+    file that the file no longer lists."""
+    listed = {svc.key: {(rs.address, svc.port) for rs in svc.real_servers}
+              for svc in cluster.services.values()}
+    leaving = {}
+    for svc in ipvs_services:
+        wanted = listed.get(svc.key)
+        if wanted is None:
+            continue
+        for d in svc.dests:
+            if (d.address, d.port) not in wanted:
+                leaving[DestKey(svc.key, d.address, d.port)] = DestSpec(
+                    d.weight, d.forward, d.active, d.inactive)
+    return leaving
+
+
+def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, force=False):
     """keepalived runs this balancer: lbctl writes its files and keeps it running.
 
     keepalived owns the VIPs (VRRP) and the IPVS table (its checkers add and
     remove real servers), so those are external to lbctl's plan here.
+
+    A real server dropped from the file would be deleted by keepalived at its
+    next reload, and every connection to it cut.  So while it still has
+    connections (`leaving`, from the kernel) it stays in keepalived's config
+    at weight 0, without checks, and a later apply drops it once it is idle;
+    `force` drops it at once.
     """
     from lbctl.render.keepalived import (
         render_keepalived_conf, render_keepalived_unit, script_text,
     )
 
     state = NodeState("balancer", node, cluster.name)
+    state.leaving = dict(leaving or {})
+    if not force:
+        state.draining = {key for key, spec in state.leaving.items()
+                          if spec.in_use(key.service.protocol)}
     state.sysctls = dict(BALANCER_SYSCTLS)
     if len(cluster.balancers) > 1:
         state.sysctls.update(PAIR_SYSCTLS)
-    state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout))
+    state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout,
+                                                               state.draining))
     scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
     for path, name in scripts.items():
         state.files[path] = FileSpec(script_text(name), 0o755)
     _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls))
     state.daemon = DaemonSpec("keepalived", layout.conf, frozenset([layout.conf, *scripts]))
-    state.external = {Address(vip, interface) for vip in cluster.vips}
+    vips = {Address(vip, interface) for vip in cluster.vips}
+    if len(cluster.balancers) > 1:
+        state.external = vips  # VRRP moves them between the pair
+    else:
+        state.addresses = vips  # nothing to fail over to: lbctl holds them itself
     state.external |= {svc.key for svc in cluster.services.values()}
     return state
 
@@ -113,23 +151,24 @@ def desired_balancer(cluster, node, interface, boot=None):
     return state
 
 
-def desired_worker(cluster, node, interface):
+def desired_worker(cluster, node):
     state = NodeState("worker", node, cluster.name)
     worker = cluster.workers[node]
     vips = sorted({s.vip for s in cluster.services.values()
                    if any(rs.address == worker.address for rs in s.real_servers)})
     state.addresses = {Address(vip, "lo") for vip in vips}
-    sysctl_text = render_worker_sysctl(cluster.name, interface)
+    sysctl_text = render_worker_sysctl(cluster.name)
     state.sysctls = parse_sysctl_conf(sysctl_text)
     state.files[sysctl_path(cluster)] = FileSpec(sysctl_text)
     _enable(state, unit_name(cluster, "vips"), render_worker_unit(cluster.name, vips, sysctl_path(cluster)))
     return state
 
 
-def desired_state(cluster, node, interface, boot=None, layout=None):
-    """`layout` (a KeepalivedLayout) is needed on balancers of keepalived clusters."""
+def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None, force=False):
+    """`layout` (a KeepalivedLayout) is needed on balancers of keepalived clusters,
+    and `leaving` (leaving_real_servers()) there tells which real servers drain."""
     if role_of(cluster, node) == "worker":
-        return desired_worker(cluster, node, interface)
+        return desired_worker(cluster, node)
     if cluster.engine == "keepalived":
-        return desired_keepalived_balancer(cluster, node, interface, layout)
+        return desired_keepalived_balancer(cluster, node, interface, layout, leaving, force)
     return desired_balancer(cluster, node, interface, boot)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from lbctl.adapters.protocols import IpvsOp
 from lbctl.errors import ApplyError
 from lbctl.ownership import write_ownership
-from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, REMOVE
+from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, KEEPALIVED, REMOVE
 from lbctl.state import DestSpec
 
 IPVS_KINDS = ("service", "real server")
@@ -48,6 +48,12 @@ def execute(plan, adapters):
         # systemd must know a new or changed unit before it can start it.
         reloaded = _reload_units(report, files, since=0)
         _run_daemon(adapters, daemon, report)
+    # keepalived has just set these real servers to weight 0 or deleted them,
+    # as its new config says; the busy ones drain until a later apply.
+    by_keepalived = [c for c in removes if c.kind in IPVS_KINDS and c.through == KEEPALIVED]
+    report.done += [c for c in by_keepalived if c.action == REMOVE]
+    report.pending += [c for c in by_keepalived if c.action == DRAIN]
+    removes = [c for c in removes if c not in by_keepalived]
     ipvs_adds = [c for c in adds if c.kind in IPVS_KINDS]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_adds], ipvs_adds, report)
 
@@ -128,13 +134,16 @@ def _drain(adapters, drains, report):
     """Weight 0 first; real servers that are then idle are deleted in the same apply."""
     zero = [IpvsOp("set", "dest", c.key.service, DestSpec(0, c.old.forward), c.key) for c in drains]
     _apply_ipvs(adapters, zero, drains, report)
-    active = {}
+    in_use = {}
     for svc in adapters.ipvs.dump():
+        if svc.key is None:
+            continue
         for d in svc.dests:
-            active[(svc.key, d.address, d.port)] = d.active
+            spec = DestSpec(d.weight, d.forward, d.active, d.inactive)
+            in_use[(svc.key, d.address, d.port)] = spec.in_use(svc.key.protocol)
     idle, busy = [], []
     for c in drains:
-        (busy if active.get((c.key.service, c.key.address, c.key.port), 0) else idle).append(c)
+        (busy if in_use.get((c.key.service, c.key.address, c.key.port), 0) else idle).append(c)
     report.pending += busy
     _apply_ipvs(adapters, [IpvsOp("del", "dest", c.key.service, None, c.key) for c in idle],
                 idle, report)

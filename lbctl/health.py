@@ -9,6 +9,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from lbctl.config.model import DestKey
+
 
 @dataclass(frozen=True)
 class Reported:
@@ -57,12 +59,14 @@ def settle_seconds(cluster):
     return cluster.health_settle_seconds + 3
 
 
-def ipvs_drift(cluster, reported, services):
+def ipvs_drift(cluster, reported, services, draining=frozenset()):
     """(problems, unchecked): how IPVS differs from the file and current health.
 
     `services` is the IPVS dump.  A real server belongs in the table when its
     service has no checks or its checks report it up; one that no check has
     passed yet is left out (keepalived's alpha mode) and listed as unchecked.
+    `draining` (DestKeys) are real servers the file dropped that stay at
+    weight 0 until their connections end.
     """
     table = {s.key: s for s in services if s.key is not None}
     problems, unchecked = [], []
@@ -89,16 +93,21 @@ def ipvs_drift(cluster, reported, services):
             elif wanted and dest.weight != rs.weight:
                 problems.append(f"{where} has weight {dest.weight}, the file says {rs.weight}")
         for address, port in sorted(dests):
+            if DestKey(svc.key, address, port) in draining:
+                if dests[(address, port)].weight != 0:
+                    problems.append(f"service {svc.name}: {address}:{port} is leaving but "
+                                    f"still has weight {dests[(address, port)].weight}")
+                continue
             problems.append(f"service {svc.name}: {address}:{port} is in IPVS but not in the file")
     return problems, unchecked
 
 
-def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2):
+def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2, draining=frozenset()):
     """Poll until IPVS matches (no problems, every server checked) or time runs out."""
     deadline = time.monotonic() + timeout
     while True:
         reported = read_state_dir(state_dir)
-        problems, unchecked = ipvs_drift(cluster, reported, dump())
+        problems, unchecked = ipvs_drift(cluster, reported, dump(), draining)
         if (not problems and not unchecked) or time.monotonic() >= deadline:
             return problems, unchecked, reported
         time.sleep(poll)

@@ -12,7 +12,7 @@ from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
-from lbctl.desired import BootApply, desired_state, find_node, role_of
+from lbctl.desired import BootApply, desired_state, find_node, leaving_real_servers, role_of
 from lbctl.errors import NodeError
 from lbctl.observe import node_interface, observe
 from lbctl.ownership import read_ownership
@@ -72,11 +72,14 @@ def load_node(path, node=None, root="/", force=False):
         layout = KeepalivedLayout(cluster.name, root)
         keepalived = KeepalivedProcess(layout)
     boot = _boot_apply(cluster) if is_balancer and cluster.engine == "netlink" else None
-    desired = desired_state(cluster, name, ifname, boot=boot, layout=layout)
+    ipvs_table = ipvs.dump() if ipvs is not None else []
+    leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}
+    desired = desired_state(cluster, name, ifname, boot=boot, layout=layout,
+                            leaving=leaving, force=force)
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
                         files=FilesRoot(root), keepalived=keepalived)
     owned = read_ownership(adapters.files, adapters.ownership_dir, cluster.name)
-    observed = observe(desired, owned, adapters, address_list)
+    observed = observe(desired, owned, adapters, address_list, ipvs_table)
     plan = make_plan(desired, observed, owned, force=force)
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan)
 

@@ -30,13 +30,16 @@ def node_interface(cluster, node, address_list):
     return found
 
 
-def observe(desired, owned, adapters, address_list):
+def observe(desired, owned, adapters, address_list, ipvs_table=None):
+    """`ipvs_table`: the IPVS dump when the caller has read it already."""
     state = NodeState(desired.role, desired.node, desired.cluster)
     relevant = {a.ifname for a in desired.addresses | owned.addresses}
     state.addresses = {Address(ip, ifname, prefix) for ip, prefix, ifname in address_list
                        if ifname in relevant and prefix == 32}
     if adapters.ipvs is not None:
-        for svc in adapters.ipvs.dump():
+        if ipvs_table is None:
+            ipvs_table = adapters.ipvs.dump()
+        for svc in ipvs_table:
             if svc.key is None:
                 continue  # fwmark and IPv6 services are never lbctl's
             state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence)

@@ -12,6 +12,7 @@ from lbctl.state import Ownership
 
 ADD, CHANGE, DRAIN, DRAINING, REMOVE = "add", "change", "drain", "draining", "remove"
 SYMBOLS = {ADD: "+", CHANGE: "~", DRAIN: "-", DRAINING: "~", REMOVE: "-"}
+IPVS, KEEPALIVED = "ipvs", "keepalived"
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,9 @@ class Change:
     new: object = None
     old: object = None
     note: str = ""
+    # Who carries a real-server change out: lbctl over netlink, or keepalived
+    # when it reloads a config that no longer lists (or drains) the server.
+    through: str = IPVS
 
     def __str__(self):
         text = f"{SYMBOLS[self.action]} {self.kind} {self.key}"
@@ -62,14 +66,17 @@ def make_plan(desired, observed, owned, force=False):
     # and apply plans again once it has stopped.
     stops = _daemon_stop(desired, observed)
 
-    for addr in sorted(desired.addresses - observed.addresses):
-        adds.append(Change(ADD, "address", addr))
+    # Sysctls before addresses: a worker must ignore ARP for the VIP before it
+    # holds the VIP, or for a moment it answers ARP for it on the LAN and
+    # clients send their traffic to the worker instead of the balancer.
     for key, value in desired.sysctls.items():
         now = observed.sysctls.get(key)
         if now != value:
             shown = " ".join(value.split())  # vector values read back tab-separated
             adds.append(Change(CHANGE, "sysctl", key, value, now,
                                f" = {shown} (now {' '.join((now or 'unset').split())})"))
+    for addr in sorted(desired.addresses - observed.addresses):
+        adds.append(Change(ADD, "address", addr))
     for path, spec in sorted(desired.files.items()):
         old = observed.files.get(path)
         if old != spec:
@@ -104,6 +111,8 @@ def make_plan(desired, observed, owned, force=False):
         if key in desired.dests or key.service not in ours or key.service in leaving_services:
             continue
         removes.append(_dest_removal(key, spec, force))
+    for key, spec in sorted(desired.leaving.items()):
+        removes.append(_dest_removal(key, spec, force, through=KEEPALIVED))
     for key in sorted(leaving_services):
         removes.append(Change(REMOVE, "service", key, old=observed.services[key]))
     for addr in sorted(observed.addresses & owned.addresses - desired.addresses - external):
@@ -143,18 +152,24 @@ def _daemon_start_or_reload(desired, observed, file_changes):
     return []
 
 
-def _dest_removal(key, spec, force):
+def _dest_removal(key, spec, force, through=IPVS):
+    """How a real server the file no longer lists leaves: at once when idle or
+    forced, else weight 0 first and deleted by a later apply once idle."""
     if force:
-        return Change(REMOVE, "real server", key, old=spec, note=" (forced)")
-    if spec.weight > 0:
-        note = " (idle: weight 0, then delete)" if spec.active == 0 else \
-            f" (weight {spec.weight} -> 0, drain {spec.active} active connections)"
-        return Change(DRAIN, "real server", key, old=spec, note=note)
-    if spec.active > 0:
-        return Change(DRAINING, "real server", key, old=spec,
-                      note=f" draining (weight 0, {spec.active} active connections;"
+        return Change(REMOVE, "real server", key, old=spec, note=" (forced)", through=through)
+    busy = spec.in_use(key.service.protocol)
+    what = "connections" if key.service.protocol == "udp" else "active connections"
+    if spec.weight > 0 and (busy == 0 and through == IPVS):
+        return Change(DRAIN, "real server", key, old=spec,
+                      note=" (idle: weight 0, then delete)", through=through)
+    if spec.weight > 0 and busy:
+        return Change(DRAIN, "real server", key, old=spec, through=through,
+                      note=f" (weight {spec.weight} -> 0, drain {busy} {what})")
+    if busy:
+        return Change(DRAINING, "real server", key, old=spec, through=through,
+                      note=f" draining (weight 0, {busy} {what};"
                            " deleted once idle, or now with --force)")
-    return Change(REMOVE, "real server", key, old=spec, note=" (idle)")
+    return Change(REMOVE, "real server", key, old=spec, note=" (idle)", through=through)
 
 
 def format_plan(plan):

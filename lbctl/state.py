@@ -39,6 +39,15 @@ class DestSpec:
     def same_config(self, other):
         return (self.weight, self.forward) == (other.weight, other.forward)
 
+    def in_use(self, protocol):
+        """Connections that keep this real server busy.
+
+        IPVS counts a TCP connection as active while it is established, and a
+        UDP flow as inactive for its whole life: for UDP both counts matter, or
+        a real server would be deleted while its flows still run.
+        """
+        return self.active + (self.inactive if protocol == "udp" else 0)
+
 
 @dataclass(frozen=True)
 class FileSpec:
@@ -75,6 +84,11 @@ class NodeState:
     # Services and VIPs the daemon manages: lbctl neither creates nor removes
     # them, and stops recording them as its own.
     external: set = field(default_factory=set)  # {ServiceKey or Address}
+    # keepalived engine: real servers of the file's services that the file no
+    # longer lists, as the kernel holds them, and those of them kept in the
+    # daemon's config at weight 0 until their connections end.
+    leaving: dict = field(default_factory=dict)  # {DestKey: DestSpec}
+    draining: set = field(default_factory=set)  # {DestKey}
 
 
 @dataclass

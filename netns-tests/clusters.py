@@ -27,7 +27,9 @@ BASE = {
 PAIR = copy.deepcopy(BASE)
 PAIR["balancers"] = {"lb1": {"address": "192.168.100.2", "interface": "eth0", "priority": 150},
                      "lb2": {"address": "192.168.100.5", "interface": "eth0", "priority": 100}}
-PAIR["vrrp"] = {"advert_interval": "100ms"}
+# Most pair tests fail over and back, so the master takes back over (preempt);
+# the default, no preemption, has its own test.
+PAIR["vrrp"] = {"advert_interval": "100ms", "preempt": True}
 PAIR["services"]["web"]["health"] = {"http": {"path": "/index.html", "status": 200},
                                      "interval": "1s", "timeout": "500ms", "retries": 1, "rise": 3}
 

@@ -174,7 +174,9 @@ def test_a_rebooted_worker_comes_back_with_the_boot_unit(lab, base):
     for argv in commands:
         lab.sh("pi1", ["unshare", "-m", "--", "sh", "-c",
                        'mount --bind "$0" /etc/sysctl.d && exec "$@"', sysctl_dir] + argv)
-    assert lab.sh("pi1", ["sysctl", "-n", "net.ipv4.conf.eth0.arp_ignore"]).stdout.strip() == "1"
+    assert lab.sh("pi1", ["sysctl", "-n", "net.ipv4.conf.all.arp_ignore"]).stdout.strip() == "1"
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
     assert "served by pi1" in lab.ask_web(8)
     _plan_is_clean(lab, base, nodes=("pi1",))
 

@@ -7,6 +7,7 @@ import pytest
 from helpers import cluster_from
 from lbctl.desired import desired_state, find_node
 from lbctl.errors import NodeError
+from lbctl.render.systemd import exec_start_lines
 from lbctl.state import Address, DestSpec, ServiceSpec
 
 VIP = IPv4Address("192.168.100.10")
@@ -45,30 +46,36 @@ def test_balancer_holds_vips_on_its_lan_and_programs_every_real_server():
     ]
     assert all(v == DestSpec(v.weight) for v in state.dests.values())  # direct routing
     assert not state.files
-    # A packet for a deleted real server's connection is scheduled afresh.
-    assert state.sysctls == {"net.ipv4.vs.expire_nodest_conn": "1"}
+    # A packet for a deleted real server's connection is scheduled afresh, and a
+    # persistence template never pins a client to a drained real server.
+    assert state.sysctls == {"net.ipv4.vs.expire_nodest_conn": "1",
+                             "net.ipv4.vs.expire_quiescent_template": "1"}
 
 
 def test_worker_holds_only_the_vips_of_its_services_on_lo_with_arp_settings():
     pi3 = desired_state(cluster_from(), "pi3", "eth0")
     assert pi3.addresses == {Address(VIP, "lo")}
-    assert pi3.sysctls == {
-        "net.ipv4.conf.all.arp_ignore": "1", "net.ipv4.conf.eth0.arp_ignore": "1",
-        "net.ipv4.conf.all.arp_announce": "2", "net.ipv4.conf.eth0.arp_announce": "2",
-    }
+    # Only `all`: the kernel takes the larger of `all` and the interface's own
+    # value, and a key naming an interface that appears late would fail at boot.
+    assert pi3.sysctls == {"net.ipv4.conf.all.arp_ignore": "1",
+                           "net.ipv4.conf.all.arp_announce": "2"}
     pi1 = desired_state(cluster_from(), "pi1", "enp1s0")
     assert pi1.addresses == {Address(VIP, "lo"), Address(DNS_VIP, "lo")}
-    assert pi1.sysctls["net.ipv4.conf.enp1s0.arp_ignore"] == "1"
+    assert pi1.sysctls == pi3.sysctls
 
 
 def test_worker_persists_sysctls_and_a_boot_unit_that_restores_its_vips():
     state = desired_state(cluster_from(), "pi1", "eth0")
     sysctl_file = state.files["/etc/sysctl.d/90-lbctl-pi-web.conf"].content
-    assert "net.ipv4.conf.eth0.arp_ignore = 1" in sysctl_file
+    assert "net.ipv4.conf.all.arp_ignore = 1" in sysctl_file
+    assert "eth0" not in sysctl_file
     unit = state.files["/etc/systemd/system/lbctl-pi-web-vips.service"].content
-    assert "ExecStart=/usr/sbin/ip -4 address replace 192.168.100.10/32 dev lo" in unit
-    assert "ExecStart=/usr/sbin/ip -4 address replace 192.168.100.11/32 dev lo" in unit
-    assert "ExecStart=/usr/sbin/sysctl -q -p /etc/sysctl.d/90-lbctl-pi-web.conf" in unit
+    # At boot as in apply: the ARP settings first, then the VIPs.
+    assert exec_start_lines(unit) == [
+        ["/usr/sbin/sysctl", "-q", "-p", "/etc/sysctl.d/90-lbctl-pi-web.conf"],
+        ["/usr/sbin/ip", "-4", "address", "replace", "192.168.100.10/32", "dev", "lo"],
+        ["/usr/sbin/ip", "-4", "address", "replace", "192.168.100.11/32", "dev", "lo"],
+    ]
     assert state.links == {
         "/etc/systemd/system/multi-user.target.wants/lbctl-pi-web-vips.service":
             "/etc/systemd/system/lbctl-pi-web-vips.service"}
@@ -92,6 +99,9 @@ def test_a_balancer_keeps_a_copy_of_the_file_and_a_boot_unit_that_applies_it():
     assert state.files["/etc/lbctl/pi-web.yaml"].content == "cluster: pi-web\n"
     unit = state.files["/etc/systemd/system/lbctl-pi-web-balancer.service"].content
     assert "ExecStart=/opt/lbctl/bin/python -m lbctl apply /etc/lbctl/pi-web.yaml --node lb1" in unit
+    # ip_vs is loaded before apply sets its sysctls and programs the table.
+    commands = [line for line in unit.splitlines() if line.startswith("ExecStart")]
+    assert commands[0] == "ExecStartPre=/usr/sbin/modprobe ip_vs"
     assert state.links == {
         "/etc/systemd/system/multi-user.target.wants/lbctl-pi-web-balancer.service":
             "/etc/systemd/system/lbctl-pi-web-balancer.service"}

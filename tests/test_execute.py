@@ -45,7 +45,7 @@ class Node:
 def test_apply_then_reapply_makes_zero_writes():
     node = Node()
     first = node.apply()
-    assert first.writes == 2 + 1 + 2 + 5 + 1  # addresses, sysctl, services, real servers, record
+    assert first.writes == 2 + 2 + 2 + 5 + 1  # addresses, sysctls, services, real servers, record
     assert node.plan().empty
     assert node.apply().writes == 0
 

@@ -57,12 +57,21 @@ def test_the_pair_renders_unicast_vrrp_sync_and_each_others_peer():
     assert "unicast_src_ip 192.168.100.5" in lb2 and "        192.168.100.2\n" in lb2
     assert "priority 150" in lb1 and "priority 100" in lb2
     assert "lvs_sync_daemon eth0 id" in lb1
-    assert "nopreempt" not in lb1
-    multicast = render(PAIR + "vrrp: {unicast: false, preempt: false}\n")
-    assert "unicast_peer" not in multicast and "nopreempt" in multicast
-    # A single balancer with checks has no peer: no unicast block, no sync daemon.
+    # By default a returning balancer stays backup, as LVS operators run pairs.
+    assert "nopreempt" in lb1 and "preempt_delay" not in lb1
+    preempting = render(PAIR + "vrrp: {preempt: true}\n")
+    assert "nopreempt" not in preempting and "preempt_delay" in preempting
+    multicast = render(PAIR + "vrrp: {unicast: false}\n")
+    assert "unicast_peer" not in multicast
+    # A single balancer with checks has no peer: no VRRP at all, no sync daemon;
+    # it holds the VIPs itself.
     single = render(HEALTHY)
-    assert "unicast_peer" not in single and "lvs_sync_daemon" not in single
+    assert "vrrp_instance" not in single and "lvs_sync_daemon" not in single
+    cluster = cluster_from(HEALTHY)
+    state = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name))
+    assert {str(a) for a in state.addresses} == {"192.168.100.10/32 dev eth0",
+                                                 "192.168.100.11/32 dev eth0"}
+    assert not any(isinstance(e, type(next(iter(state.addresses)))) for e in state.external)
 
 
 def test_rise_is_that_many_copies_of_the_url_and_retries_count_failures():

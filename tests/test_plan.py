@@ -23,11 +23,11 @@ def observed_like(state):
                      dict(state.files), dict(state.links))
 
 
-def test_a_fresh_balancer_gets_addresses_then_services_then_real_servers():
+def test_a_fresh_balancer_gets_sysctls_then_addresses_then_services_then_real_servers():
     desired = balancer()
     plan = make_plan(desired, NodeState("balancer", "lb1", "pi-web"), Ownership())
     kinds = [c.kind for c in plan.changes]
-    assert kinds == ["address"] * 2 + ["sysctl"] + ["service"] * 2 + ["real server"] * 5
+    assert kinds == ["sysctl"] * 2 + ["address"] * 2 + ["service"] * 2 + ["real server"] * 5
     assert all(c.action == ADD for c in plan.changes if c.kind != "sysctl")
     assert plan.owned_before.services == set(desired.services)
 
@@ -107,12 +107,22 @@ def test_weight_and_sysctl_changes_show_old_and_new_values():
     ]
     worker = desired_state(cluster_from(), "pi1", "eth0")
     observed = observed_like(worker)
-    observed.sysctls["net.ipv4.conf.eth0.arp_ignore"] = "0"
+    observed.sysctls["net.ipv4.conf.all.arp_ignore"] = "0"
     (change,) = make_plan(worker, observed, Ownership.of(worker)).changes
-    assert str(change) == "~ sysctl net.ipv4.conf.eth0.arp_ignore = 1 (now 0)"
+    assert str(change) == "~ sysctl net.ipv4.conf.all.arp_ignore = 1 (now 0)"
+
+
+def test_a_fresh_worker_ignores_arp_for_the_vip_before_it_holds_the_vip():
+    worker = desired_state(cluster_from(), "pi1", "eth0")
+    plan = make_plan(worker, NodeState("worker", "pi1", "pi-web"), Ownership())
+    kinds = [c.kind for c in plan.changes]
+    first_address = kinds.index("address")
+    assert set(kinds[:first_address]) == {"sysctl"}
+    assert [c.key for c in plan.changes[:first_address]] == [
+        "net.ipv4.conf.all.arp_ignore", "net.ipv4.conf.all.arp_announce"]
 
 
 def test_plan_text_counts_changes():
     desired = balancer()
     text = format_plan(make_plan(desired, NodeState("balancer", "lb1", "pi-web"), Ownership()))
-    assert text.splitlines()[-1] == "9 to add, 1 to change, 0 to remove."
+    assert text.splitlines()[-1] == "9 to add, 2 to change, 0 to remove."

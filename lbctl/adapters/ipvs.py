@@ -6,6 +6,7 @@ struct, which keeps 1000 services x 10 real servers close to ipvsadm.
 
 import os
 import socket
+import subprocess
 from ipaddress import IPv4Address
 
 from lbctl.adapters import ipvs_wire
@@ -14,9 +15,17 @@ from lbctl.config.model import ServiceKey
 from lbctl.errors import KernelError
 
 PROTOCOL_NAMES = {v: k for k, v in ipvs_wire.PROTOCOLS.items()}
+MODPROBE = "/usr/sbin/modprobe"
 
 
 def _ipvs_family(sock):
+    try:
+        return sock.family("IPVS")
+    except FileNotFoundError:
+        pass
+    # Looking the netlink family up does not load ip_vs, and on a node that has
+    # never run IPVS it is not loaded yet.
+    subprocess.run([MODPROBE, "-q", "ip_vs"], capture_output=True, check=False)
     try:
         return sock.family("IPVS")
     except FileNotFoundError:

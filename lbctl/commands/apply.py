@@ -27,7 +27,7 @@ def _print_report(ctx, report, out):
     for line in report.done:
         out.write(f"  {line}\n")
     for change in report.pending:
-        out.write(f"  ~ real server {change.key} draining: weight 0, active connections "
+        out.write(f"  ~ real server {change.key} draining: weight 0, connections "
                   "remain; a later apply deletes it once idle (or --force)\n")
     out.write(f"{report.writes} write(s).\n")
 
@@ -40,7 +40,8 @@ def _check_keepalived_table(ctx, out, waited):
     layout = ctx.adapters.keepalived.layout
     timeout = settle_seconds(ctx.cluster) if waited else 0
     problems, unchecked, reported = wait_for_ipvs(
-        ctx.cluster, layout.real(layout.state_dir), ctx.adapters.ipvs.dump, timeout)
+        ctx.cluster, layout.real(layout.state_dir), ctx.adapters.ipvs.dump, timeout,
+        draining=ctx.desired.draining)
     for line in describe_health(ctx.cluster, reported):
         out.write(f"  health: {line}\n")
     if unchecked:

@@ -64,7 +64,9 @@ class Vrrp:
 
     router_id: int
     advert_interval: float = 0.2
-    preempt: bool = True
+    # Off by default: a failback is a second interruption, and idle
+    # connections the returning balancer never learned would break on it.
+    preempt: bool = False
     unicast: bool = True
 
 

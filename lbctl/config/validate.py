@@ -223,7 +223,7 @@ def _vrrp(c, top, cluster_name, balancers, services):
     # VRRPv3 counts the advert interval in centiseconds, up to 40.95 s.
     advert = c.duration(spec.get("advert_interval", Vrrp.advert_interval),
                         p + ("advert_interval",), 0.01, 40.95)
-    preempt = c.boolean(spec.get("preempt", True), p + ("preempt",))
+    preempt = c.boolean(spec.get("preempt", Vrrp.preempt), p + ("preempt",))
     unicast = c.boolean(spec.get("unicast", True), p + ("unicast",))
     if None in (router_id, advert, preempt, unicast):
         return None

@@ -100,12 +100,20 @@ def _failover(lab, cluster, web, out):
                        "--interval", interval, "--timeout", timeout)
     time.sleep(2)
     _print(out, f"   {master}: eth0 down (as if its cable were pulled); {backup} takes over")
-    cut, restored = lab.cut_master(master, backup, seconds_down=3)
-    _print(out, f"   {master}: eth0 up again; it waited for its health checks, then took back over")
+    preempt = cluster.vrrp.preempt
+    cut, restored = lab.cut_master(master, backup, seconds_down=3, failback=preempt)
+    if preempt:
+        _print(out, f"   {master}: eth0 up again; it waited for its health checks, "
+                    "then took back over")
+    else:
+        _print(out, f"   {master}: eth0 up again; it rejoins as BACKUP and {backup} keeps the "
+                    "VIP (no preemption: a failback is a second interruption, so it waits "
+                    "for you or for the next failure)")
     records = lab.finish(load)
     down = summarize([r for r in records if r[0] < restored], cut)
     back = summarize([r for r in records if r[0] >= restored], restored)
     gap = "never" if down["gap"] is None else f"{down['gap']:.2f} s"
     _print(out, f"   failover: the VIP answered from {backup} {gap} after the cut; "
                 f"{down['failed']} of {down['requests']} requests failed")
-    _print(out, f"   failback: {back['failed']} of {back['requests']} requests failed")
+    _print(out, f"   {'failback' if preempt else 'master back as backup'}: "
+                f"{back['failed']} of {back['requests']} requests failed")

@@ -244,9 +244,10 @@ class Lab:
     def set_link(self, node, up):
         run(["ip", "-n", self.nodes[node].netns, "link", "set", "eth0", "up" if up else "down"])
 
-    def cut_master(self, master, backup, seconds_down):
+    def cut_master(self, master, backup, seconds_down, failback=True):
         """Pull the master's cable, wait for the backup to take over, plug it back
-        in after `seconds_down` and wait for the master to take back over.
+        in after `seconds_down` and wait for the master to take back over, or,
+        without preemption (`failback` False), to settle as the backup.
         Returns when the link went down and when it came back (epoch seconds)."""
         self.set_link(master, False)
         cut = time.time()
@@ -255,9 +256,10 @@ class Lab:
         time.sleep(seconds_down)
         self.set_link(master, True)
         restored = time.time()
-        self.wait_for(lambda: self.vrrp_state(master) == "MASTER"
-                      and self.vrrp_state(backup) == "BACKUP", timeout=60,
-                      what=f"{master} to take back over")
+        leader, follower = (master, backup) if failback else (backup, master)
+        self.wait_for(lambda: self.vrrp_state(leader) == "MASTER"
+                      and self.vrrp_state(follower) == "BACKUP", timeout=60,
+                      what=f"{leader} master and {follower} backup")
         return cut, restored
 
     def block_vrrp(self, node, blocked=True):

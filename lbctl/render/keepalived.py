@@ -58,15 +58,21 @@ class KeepalivedLayout:
         return os.path.join(self.root, path.lstrip("/"))
 
 
-def render_keepalived_conf(cluster, node, interface, layout):
+def render_keepalived_conf(cluster, node, interface, layout, draining=()):
+    """`draining`: DestKeys of real servers the file dropped that still have
+    connections; they stay at weight 0 until idle."""
     balancer = cluster.balancers[node]
     peers = [b.address for name, b in cluster.balancers.items() if name != node]
+    leaving = {svc.name: sorted((key.address, key.port) for key in draining
+                                if key.service == svc.key)
+               for svc in cluster.services.values()}
     return render("keepalived", "keepalived.conf.j2",
                   cluster=cluster.name, node=node, interface=interface,
                   address=balancer.address, priority=balancer.priority or 100,
                   peer=peers[0] if peers else None, vrrp=cluster.vrrp, vips=cluster.vips,
                   preempt_delay=f"{cluster.health_settle_seconds + 1:g}",
-                  services=list(cluster.services.values()), script_user=SCRIPT_USER,
+                  services=list(cluster.services.values()), leaving=leaving,
+                  script_user=SCRIPT_USER,
                   notify=layout.real(layout.notify), check=layout.real(layout.check),
                   state_dir=layout.real(layout.state_dir))
 

@@ -5,10 +5,8 @@ from lbctl.render.templates import render
 WORKER_SYSCTL_TEMPLATE = "90-lbctl-dr-worker.conf"
 
 
-def render_worker_sysctl(cluster_name, interface):
-    # sysctl.d writes a dot inside an interface name (eth0.100) as a slash.
-    return render("sysctl", WORKER_SYSCTL_TEMPLATE, cluster=cluster_name,
-                  interface=interface.replace(".", "/"))
+def render_worker_sysctl(cluster_name):
+    return render("sysctl", WORKER_SYSCTL_TEMPLATE, cluster=cluster_name)
 
 
 def parse_sysctl_conf(text):

@@ -1,0 +1,134 @@
+"""Taking a worker out drains it, whatever holds its connections: keepalived's
+reload, a client's persistence template, or UDP flows IPVS counts as inactive."""
+
+import hashlib
+import os
+import sys
+import time
+
+from clusters import DNS_VIP, WEB_VIP, edited, pair_edited
+from conftest import measured as report
+from test_keepalived import ipvs_web_dests, ipvs_web_weights, pair  # noqa: F401  (fixture)
+
+PI3 = "192.168.100.6"
+
+
+def _connections(lab, node, service, real_server):
+    """(active, inactive) of a real server in a balancer's table."""
+    out = lab.sh(node, ["ipvsadm", "-Ln", *service]).stdout
+    line = next((l for l in out.splitlines() if f"-> {real_server} " in l), None)
+    return (int(line.split()[4]), int(line.split()[5])) if line else (0, 0)
+
+
+def _web_active(lab, real_server, node="lb1"):
+    return _connections(lab, node, ["-t", f"{WEB_VIP}:80"], real_server)[0]
+
+
+def _blob_hashes(lab):
+    hashes = set()
+    for name in ("pi1", "pi2", "pi3"):
+        with open(os.path.join(lab.workdir, f"{name}-www", "blob"), "rb") as fh:
+            hashes.add(hashlib.sha256(fh.read()).hexdigest())
+    return hashes
+
+
+def _apply(lab, path, nodes, *extra):
+    for node in nodes:
+        result = lab.lbctl(node, "apply", str(path), *extra)
+        assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+
+
+def test_a_worker_removed_under_keepalived_finishes_its_downloads_first(lab, pair):  # noqa: F811
+    without_pi3 = lab.write("pair-no-pi3", pair_edited(
+        services=lambda s: {**s, "web": {**s["web"], "workers": ["pi1", "pi2"]}}))
+    # 30 downloads of 1 MiB at 64 KiB/s: about 16 s each, a third or more on pi3.
+    downloads = lab.traffic("downloads", WEB_VIP, "--count", 30, "--rate", 64 * 1024)
+    lab.wait_for(lambda: _web_active(lab, PI3) >= 5, what="downloads running on pi3")
+    # The balancers only: the worker keeps its VIP until its own apply, after the drain.
+    _apply(lab, without_pi3, ("lb2", "lb1"))
+    assert ipvs_web_weights(lab, "lb1")[f"{PI3}:80"] == "0"
+    plan = lab.lbctl("lb1", "plan", str(without_pi3), "--detailed-exitcode")
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert f"~ real server tcp {WEB_VIP}:80 -> {PI3}:80 draining" in plan.stdout
+    assert "served by pi3" not in lab.ask_web(6)
+
+    results = lab.finish(downloads)
+    exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
+    report("keepalived drain", complete_and_byte_exact=f"{len(exact)}/{len(results)}",
+           errors=sorted({r["error"] for r in results if r["error"]}))
+    assert len(exact) == len(results)
+
+    # Idle now: the next apply lets keepalived delete it, on both balancers.
+    lab.wait_for(lambda: _web_active(lab, PI3) == _web_active(lab, PI3, "lb2") == 0,
+                 what="pi3 idle on both balancers")
+    _apply(lab, without_pi3, ("lb2", "lb1"))
+    lab.wait_for(lambda: PI3 not in ipvs_web_dests(lab, "lb1") | ipvs_web_dests(lab, "lb2"),
+                 timeout=15, what="pi3 to leave both tables")
+    assert lab.lbctl("lb1", "plan", str(without_pi3), "--detailed-exitcode").returncode == 0
+
+
+def test_a_drained_worker_gets_no_client_its_persistence_template_pointed_at_it(lab, base):
+    sticky = edited(services=lambda s: {**s, "web": {**s["web"], "persistence": 300}})
+    path = lab.write("sticky", sticky)
+    _apply(lab, path, ("lb1",))
+    (first,) = lab.ask_web(1)
+    assert first.startswith("served by "), first
+    chosen = first.removeprefix("served by ")
+    # The client keeps a connection to its worker open while that worker is taken out.
+    holder = lab.hold_connections(WEB_VIP, 80, count=1, seconds=120)
+    try:
+        address = lab.cluster.workers[chosen].address
+        lab.wait_for(lambda: _web_active(lab, str(address)) > 0, what="the held connection")
+        path = lab.write("sticky-without", {**sticky, "services": {**sticky["services"], "web": {
+            **sticky["services"]["web"],
+            "workers": [w for w in ("pi1", "pi2", "pi3") if w != chosen]}}})
+        _apply(lab, path, ("lb1",))
+        assert lab.lbctl("lb1", "plan", str(path), "--detailed-exitcode").returncode == 2
+        # Its template still names the drained worker; new connections go elsewhere.
+        answers = lab.ask_web(4)
+        assert f"served by {chosen}" not in answers and "failed" not in answers, answers
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# One UDP "flow" as IPVS sees it: the same client address and port each time.
+ASK_FROM_ONE_PORT = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("", int(sys.argv[3])))
+s.settimeout(2)
+s.sendto(b"who", (sys.argv[1], int(sys.argv[2])))
+try:
+    print(s.recv(2048).decode().strip())
+except OSError:
+    print("timeout")
+"""
+
+
+def test_a_udp_worker_taken_out_keeps_its_running_flows(lab, base):
+    def ask(port):
+        return lab.sh("client", [sys.executable, "-c", ASK_FROM_ONE_PORT, DNS_VIP, "53",
+                                 str(port)]).stdout.strip()
+
+    # A flow per client port; rr spreads them over pi1 and pi2.
+    flows = {port: ask(port) for port in (40001, 40002)}
+    assert set(flows.values()) == {"served by pi1", "served by pi2"}, flows
+    port_on_pi2 = next(p for p, who in flows.items() if who == "served by pi2")
+    pi2 = str(lab.cluster.workers["pi2"].address)
+    # IPVS counts a UDP flow as inactive, never as active.
+    active, inactive = _connections(lab, "lb1", ["-u", f"{DNS_VIP}:53"], pi2)
+    assert active == 0 and inactive >= 1
+
+    path = lab.write("dns-without-pi2", edited(
+        services=lambda s: {**s, "dns": {**s["dns"], "workers": ["pi1"]}}))
+    result = lab.lbctl("lb1", "apply", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "draining" in result.stdout
+    assert f"-a -u {DNS_VIP}:53 -r {pi2}:53 -g -w 0" in lab.ipvs_rules()
+    # The running flow stays with its worker; a new one goes to pi1 only.
+    assert ask(port_on_pi2) == "served by pi2"
+    assert ask(40003) == "served by pi1"
+    time.sleep(0.1)
+    assert lab.lbctl("lb1", "plan", str(path), "--detailed-exitcode").returncode == 2

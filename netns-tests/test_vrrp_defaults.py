@@ -1,0 +1,96 @@
+"""What the VRRP defaults mean on the wire: a pair does not fail back on its own,
+so idle connections survive the master's return; one balancer sends no adverts."""
+
+import json
+import subprocess
+import sys
+import time
+
+from clusters import PAIR, WEB_VIP, edited
+from test_keepalived import ALL_WEB, ipvs_web_dests
+
+# Opens connections to the VIP and sends the first line of a request on each,
+# then sits idle until told to go on (a line on stdin), sends the blank line
+# that ends each request and prints what each got back, as JSON.
+IDLE_CLIENTS = """
+import json, socket, sys
+socks = [socket.create_connection((sys.argv[1], 80), timeout=5) for _ in range(int(sys.argv[2]))]
+for s in socks:
+    s.sendall(b"GET /index.html HTTP/1.0\\r\\n")
+print("open", flush=True)
+sys.stdin.readline()
+answers = []
+for s in socks:
+    try:
+        s.sendall(b"\\r\\n")
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+        answers.append(data.partition(b"\\r\\n\\r\\n")[2].decode().strip() or "empty")
+    except OSError as exc:
+        answers.append(f"error: {exc}")
+print(json.dumps(answers))
+"""
+
+
+class IdleClients:
+    def __init__(self, lab, count):
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", lab.nodes["client"].netns, sys.executable, "-c",
+             IDLE_CLIENTS, WEB_VIP, str(count)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "open"
+
+    def finish(self):
+        out, _ = self.proc.communicate("go\n", timeout=60)
+        return json.loads(out)
+
+
+def _served(answers):
+    return all(a.startswith("served by ") for a in answers)
+
+
+def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
+    spec = {**PAIR, "vrrp": {"advert_interval": "100ms"}}  # preempt left at its default
+    path = lab.reset(spec, "pair-default-preempt")
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
+                 what="lb1 master and lb2 backup")
+    lab.wait_for(lambda: ipvs_web_dests(lab, "lb1") == ipvs_web_dests(lab, "lb2") == ALL_WEB,
+                 what="every web worker in both tables")
+    assert "nopreempt" in open(f"{lab.nodes['lb1'].root}/etc/lbctl/lab/keepalived.conf").read()
+
+    before = IdleClients(lab, 6)  # through lb1, learned by lb2's sync daemon
+    time.sleep(1)
+    lab.set_link("lb1", False)
+    try:
+        lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", what="lb2 to take over")
+        during = IdleClients(lab, 6)  # through lb2 while lb1 is away: lb1 never learns them
+    finally:
+        lab.set_link("lb1", True)
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "BACKUP", what="lb1 back as backup")
+    # Longer than the preempt delay a preempting master would wait before taking over.
+    time.sleep(lab.cluster.health_settle_seconds + 3)
+    assert (lab.vrrp_state("lb1"), lab.vrrp_state("lb2")) == ("BACKUP", "MASTER")
+
+    answers = before.finish() + during.finish()
+    assert _served(answers), answers
+    result = lab.lbctl("lb2", "apply", str(path))
+    assert result.returncode == 0 and "no changes" in result.stdout, result.stdout
+
+
+def test_one_balancer_with_health_checks_sends_no_vrrp_adverts(lab):
+    spec = edited(services=lambda s: {**s, "web": {**s["web"], "health": {
+        "http": {"path": "/index.html"}, "interval": "1s", "timeout": "500ms", "rise": 1}}})
+    lab.reset()  # one balancer (lb2's keepalived stops), then checks on it
+    lab.reset(spec, "single-with-checks")
+    lab.wait_for(lambda: ipvs_web_dests(lab, "lb1") == ALL_WEB, what="every web worker in")
+    # VRRP is IP protocol 112; listen on the LAN port of lb1 for three seconds.
+    dump = lab.sh("lb1", ["timeout", "3", "tcpdump", "-i", "eth0", "-n", "-c", "1",
+                          "ip proto 112"], check=False)
+    assert "IP " not in dump.stdout, dump.stdout
+    assert WEB_VIP in lab.sh("lb1", ["ip", "-4", "-o", "address", "show", "dev", "eth0"]).stdout
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
+    assert {a.removeprefix("served by ") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}
+    status = lab.lbctl("lb1", "status").stdout
+    assert "MASTER" not in status and "BACKUP" not in status
