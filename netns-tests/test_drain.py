@@ -1,14 +1,12 @@
 """Taking a worker out drains it, whatever holds its connections: keepalived's
 reload, a client's persistence template, or UDP flows IPVS counts as inactive."""
 
-import hashlib
-import os
 import sys
 import time
 
 from clusters import DNS_VIP, WEB_VIP, edited, pair_edited
 from conftest import measured as report
-from test_keepalived import ipvs_web_dests, ipvs_web_weights, pair  # noqa: F401  (fixture)
+from test_keepalived import _blob_hashes, ipvs_web_dests, ipvs_web_weights, pair  # noqa: F401
 
 PI3 = "192.168.100.6"
 
@@ -16,20 +14,12 @@ PI3 = "192.168.100.6"
 def _connections(lab, node, service, real_server):
     """(active, inactive) of a real server in a balancer's table."""
     out = lab.sh(node, ["ipvsadm", "-Ln", *service]).stdout
-    line = next((l for l in out.splitlines() if f"-> {real_server} " in l), None)
+    line = next((l for l in out.splitlines() if f"-> {real_server}:" in l), None)
     return (int(line.split()[4]), int(line.split()[5])) if line else (0, 0)
 
 
 def _web_active(lab, real_server, node="lb1"):
     return _connections(lab, node, ["-t", f"{WEB_VIP}:80"], real_server)[0]
-
-
-def _blob_hashes(lab):
-    hashes = set()
-    for name in ("pi1", "pi2", "pi3"):
-        with open(os.path.join(lab.workdir, f"{name}-www", "blob"), "rb") as fh:
-            hashes.add(hashlib.sha256(fh.read()).hexdigest())
-    return hashes
 
 
 def _apply(lab, path, nodes, *extra):
