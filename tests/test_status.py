@@ -43,3 +43,14 @@ def test_a_keepalived_balancer_shows_vrrp_state_and_each_workers_health(tmp_path
     assert "keepalived for cluster pi-web: VRRP MASTER for 100s" in text
     assert "health web/pi1: up for 100s" in text
     assert "health web/pi.2: down for 10s" in text
+
+
+def test_arp_settings_show_what_the_kernel_acts_on_the_larger_of_all_and_the_interface():
+    from lbctl.commands.status import effective_arp
+
+    raw = {"all": {"arp_ignore": "1", "arp_announce": "2"},
+           "eth0": {"arp_ignore": "0", "arp_announce": "0"},
+           "wlan0": {"arp_ignore": "8", "arp_announce": "0"}}
+    assert effective_arp(raw) == {"all": {"arp_ignore": "1", "arp_announce": "2"},
+                                  "eth0": {"arp_ignore": "1", "arp_announce": "2"},
+                                  "wlan0": {"arp_ignore": "8", "arp_announce": "2"}}

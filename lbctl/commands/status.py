@@ -37,7 +37,25 @@ def collect(root="/"):
     for ifname in sorted({"all"} | {name for _, _, name in addresses if name != "lo"}):
         report["arp"][ifname] = {k: sysctls.read(f"net.ipv4.conf.{ifname.replace('.', '/')}.{k}")
                                  for k in ARP_KEYS}
+    report["arp"] = effective_arp(report["arp"])
     return report
+
+
+def effective_arp(raw):
+    """What the kernel acts on per interface: the larger of `all` and its own value."""
+    every = raw.get("all", {})
+    effective = {}
+    for ifname, values in raw.items():
+        effective[ifname] = {k: _larger(v, every.get(k)) if ifname != "all" else v
+                             for k, v in values.items()}
+    return effective
+
+
+def _larger(own, every):
+    try:
+        return str(max(int(own), int(every)))
+    except (TypeError, ValueError):
+        return own
 
 
 def keepalived_states(root):
@@ -92,7 +110,8 @@ def format_status(report, now=None):
     if report["services"] and not report["vips_on_lo"]:
         return "\n".join(lines)  # a balancer: the worker view would only be noise
     lines.append("VIPs on lo: " + (", ".join(report["vips_on_lo"]) or "none"))
-    lines.append("ARP settings (direct-routing workers need arp_ignore=1, arp_announce=2):")
+    lines.append("ARP settings in effect, the larger of `all` and the interface's own "
+                 "(direct-routing workers need arp_ignore=1, arp_announce=2):")
     for ifname, values in report["arp"].items():
         lines.append(f"  {ifname:<10} " + "  ".join(f"{k}={v}" for k, v in values.items()))
     return "\n".join(lines)
