@@ -21,7 +21,9 @@ SERVICES = {
     "tcps": ("tcp", WEB_VIP, 8083, {"tcp": {}, "rise": 2, **FAST}),  # lbctl-check
     "udpk": ("udp", DNS_VIP, 5354, {"udp": {}, "rise": 1, **FAST}),  # keepalived's UDP_CHECK
     "udps": ("udp", DNS_VIP, 5353, {"udp": {}, "rise": 2, **FAST}),  # lbctl-check
-    "app": ("tcp", WEB_VIP, 8082, {"exec": {"command": TARGET + ["check"]}, "rise": 1, **FAST}),
+    # Python starts slowly in the emulated lab: the exec check gets 2 s.
+    "app": ("tcp", WEB_VIP, 8082, {"exec": {"command": TARGET + ["check"]}, "rise": 1,
+                                   "interval": "2s", "timeout": "2s", "retries": 1}),
 }
 SILENT_UDP_IS_UP = {"udpk", "udps"}
 
