@@ -101,6 +101,7 @@ def test_rise_above_1_and_exec_keep_the_damping_script():
     ("{udp: {payload: 00ff}, rise: 1}", "'00ff' ends in the byte ff"),
     ("{udp: {reply: 0a}}", "a udp check with a reply needs rise 1"),
     ("{udp: {}, profile: quick}", "unknown profile 'quick'; use steady or fast"),
+    ("{udp: {}, profile: [fast]}", "unknown profile \\['fast'\\]"),
 ])
 def test_bad_udp_and_profile_values_are_refused(dns, found):
     with pytest.raises(ConfigError, match=found):

@@ -39,6 +39,13 @@ class RealServer:
 HEALTH_KINDS = ("http", "tcp", "udp", "exec")
 
 
+# Named sets of timing defaults; explicit interval/timeout/retries override them.
+HEALTH_PROFILES = {
+    "steady": {"interval": 2.0, "timeout": 1.0, "retries": 2},
+    "fast": {"interval": 1.0, "timeout": 0.5, "retries": 1},
+}
+
+
 @dataclass(frozen=True)
 class HealthCheck:
     """How keepalived checks each real server of a service.
@@ -52,9 +59,9 @@ class HealthCheck:
     """
 
     kind: str  # one of HEALTH_KINDS
-    interval: float = 2.0  # seconds between checks
-    timeout: float = 1.0  # seconds one check may take
-    retries: int = 2  # failed checks in a row before removal
+    interval: float = HEALTH_PROFILES["steady"]["interval"]  # seconds between checks
+    timeout: float = HEALTH_PROFILES["steady"]["timeout"]  # seconds one check may take
+    retries: int = HEALTH_PROFILES["steady"]["retries"]  # failed checks in a row before removal
     rise: int = 2  # passed checks in a row before return
     path: str = "/"  # http
     status: int = 200  # http
@@ -70,13 +77,6 @@ class HealthCheck:
         and exec go through keepalived/lbctl-check instead.
         """
         return self.kind in ("tcp", "udp") and self.rise == 1
-
-
-# Named sets of timing defaults; explicit interval/timeout/retries override them.
-HEALTH_PROFILES = {
-    "steady": {"interval": 2.0, "timeout": 1.0, "retries": 2},
-    "fast": {"interval": 1.0, "timeout": 0.5, "retries": 1},
-}
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import zlib
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
-    HEALTH_KINDS, HEALTH_PROFILES, PROTOCOLS, SCHEDULERS, Balancer, Cluster, HealthCheck, RealServer,
-    VirtualService, Vrrp, Worker,
+    HEALTH_KINDS, HEALTH_PROFILES, PROTOCOLS, SCHEDULERS, Balancer, Cluster, HealthCheck,
+    RealServer, VirtualService, Vrrp, Worker,
 )
 from lbctl.errors import ConfigError
 
@@ -25,7 +25,8 @@ WORKER_KEYS = {"address", "weight"}
 SERVICE_KEYS = {"vip", "port", "protocol", "scheduler", "persistence", "workers", "health"}
 VRRP_KEYS = {"router_id", "advert_interval", "preempt", "unicast"}
 HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise", "profile"}
-KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": {"payload", "reply"}, "exec": {"command"}}
+KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": {"payload", "reply"},
+             "exec": {"command"}}
 # Strings that reach keepalived.conf: no whitespace, quotes, braces, backslashes,
 # or keepalived's comment characters '#' and '!'.
 HTTP_PATH_RE = re.compile(r"^/[A-Za-z0-9._~%/?&=+:@,-]*$")
@@ -329,8 +330,7 @@ def _health(c, value, path, protocol):
         given = [key for key in ("payload", "reply") if key in fields]
         if given and values["rise"] != 1:
             c.error(kp + (given[0],), f"{c.where(kp)}: a udp check with a {given[0]} needs "
-                    f"rise 1 "
-                    f"(keepalived's UDP_CHECK matches replies but has no rise count); "
+                    "rise 1 (keepalived's UDP_CHECK matches replies but has no rise count); "
                     f"found rise {values['rise']}")
             ok = False
     if kind == "http":
@@ -347,7 +347,7 @@ def _health(c, value, path, protocol):
 
 
 def _profile(c, value, path):
-    if value not in HEALTH_PROFILES:
+    if not isinstance(value, str) or value not in HEALTH_PROFILES:
         c.error(path, f"{c.where(path)}: unknown profile {value!r}; use "
                 f"{' or '.join(HEALTH_PROFILES)}")
         return None
