@@ -14,7 +14,9 @@ from lbctl.adapters.protocols import IpvsDest, IpvsService
 from lbctl.config.model import ServiceKey
 from lbctl.errors import ConfigError
 from lbctl.health import Reported, ipvs_drift
-from lbctl.render.keepalived import SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text
+from lbctl.render.keepalived import (
+    SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
+)
 
 
 def with_health(web=None, dns=None):
