@@ -63,8 +63,9 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
     """(problems, unchecked): how IPVS differs from the file and current health.
 
     `services` is the IPVS dump.  A real server belongs in the table when its
-    service has no checks or its checks report it up; one that no check has
-    passed yet is left out (keepalived's alpha mode) and listed as unchecked.
+    service has no checks or its checks report it up; one that is down, or
+    that no check has passed yet (keepalived's alpha mode, listed as
+    unchecked), is absent or at weight 0 (inhibit_on_failure).
     `draining` (DestKeys) are real servers the file dropped that stay at
     weight 0 until their connections end.
     """
@@ -88,8 +89,11 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
             where = f"service {svc.name}: worker {rs.worker} ({rs.address}:{svc.port})"
             if wanted and dest is None:
                 problems.append(f"{where} is healthy but not in IPVS")
-            elif not wanted and dest is not None and health is not None:
-                problems.append(f"{where} is {health.state} but still in IPVS")
+            elif not wanted and health is not None and dest is not None and dest.weight != 0:
+                # keepalived's inhibit_on_failure keeps a failed server at
+                # weight 0 so its connections finish; only traffic is wrong.
+                problems.append(f"{where} is {health.state} but still takes traffic in IPVS "
+                                f"(weight {dest.weight})")
             elif wanted and dest.weight != rs.weight:
                 problems.append(f"{where} has weight {dest.weight}, the file says {rs.weight}")
         for address, port in sorted(dests):

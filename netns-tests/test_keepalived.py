@@ -34,7 +34,7 @@ def pair(lab):
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
                  what="lb1 master and lb2 backup")
     # A worker an earlier test took out comes back only after `rise` checks.
-    lab.wait_for(lambda: ipvs_web_dests(lab, "lb1") == ipvs_web_dests(lab, "lb2") == ALL_WEB,
+    lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ipvs_web_serving(lab, "lb2") == ALL_WEB,
                  what="every web worker in both tables")
     return path
 
@@ -50,6 +50,13 @@ def ipvs_web_dests(lab, node="lb1"):
     return {dest.rsplit(":", 1)[0] for dest in ipvs_web_weights(lab, node)}
 
 
+def ipvs_web_serving(lab, node="lb1"):
+    """Real servers that take new connections: a failed check leaves its
+    server at weight 0 (inhibit_on_failure) rather than deleting it."""
+    return {dest.rsplit(":", 1)[0] for dest, weight in ipvs_web_weights(lab, node).items()
+            if weight != "0"}
+
+
 def client_neigh_mac(lab, vip=WEB_VIP):
     out = lab.sh("client", ["ip", "neigh", "show", vip, "dev", "eth0"], check=False).stdout.split()
     return out[out.index("lladdr") + 1] if "lladdr" in out else None
@@ -57,7 +64,7 @@ def client_neigh_mac(lab, vip=WEB_VIP):
 
 def test_a_pair_shares_one_table_and_a_reapply_leaves_keepalived_alone(lab, pair):
     assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
-    assert ipvs_web_dests(lab) == ALL_WEB
+    assert ipvs_web_serving(lab) == ALL_WEB
     lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
     assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
     assert {lab.ask_web(1)[0] for _ in range(6)} <= {"served by pi1", "served by pi2",
@@ -86,10 +93,10 @@ def test_a_dead_worker_leaves_within_the_detection_time_and_returns_after_rise(l
     stopped = time.time()
     httpd.terminate()
     httpd.wait()
-    lab.wait_for(lambda: "192.168.100.4" not in ipvs_web_dests(lab), timeout=15,
+    lab.wait_for(lambda: "192.168.100.4" not in ipvs_web_serving(lab), timeout=15,
                  what="pi2 to leave IPVS")
     removed = time.time()
-    assert "192.168.100.4" not in ipvs_web_dests(lab, "lb2")
+    assert "192.168.100.4" not in ipvs_web_serving(lab, "lb2")
     records = lab.finish(load)
     after = [r for r in records if r[0] > removed]
     report("health: worker stopped", removed_after=f"{removed - stopped:.2f}s",
@@ -105,7 +112,7 @@ def test_a_dead_worker_leaves_within_the_detection_time_and_returns_after_rise(l
     lab.nodes["pi2"].processes[0] = lab.spawn(
         "pi2", ["busybox", "httpd", "-f", "-p", "0.0.0.0:80", "-h",
                 os.path.join(lab.workdir, "pi2-www")])
-    lab.wait_for(lambda: "192.168.100.4" in ipvs_web_dests(lab), timeout=30,
+    lab.wait_for(lambda: "192.168.100.4" in ipvs_web_serving(lab), timeout=30,
                  what="pi2 to return")
     back = time.time() - restarted
     report("health: worker restarted", back_after=f"{back:.2f}s", rise=WEB_HEALTH["rise"])

@@ -7,7 +7,7 @@ import sys
 import time
 
 from clusters import PAIR, WEB_VIP, edited
-from test_keepalived import ALL_WEB, ipvs_web_dests
+from test_keepalived import ALL_WEB, ipvs_web_serving
 
 # Opens connections to the VIP and sends the first line of a request on each,
 # then sits idle until told to go on (a line on stdin), sends the blank line
@@ -55,7 +55,7 @@ def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
     path = lab.reset(spec, "pair-default-preempt")
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
                  what="lb1 master and lb2 backup")
-    lab.wait_for(lambda: ipvs_web_dests(lab, "lb1") == ipvs_web_dests(lab, "lb2") == ALL_WEB,
+    lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ipvs_web_serving(lab, "lb2") == ALL_WEB,
                  what="every web worker in both tables")
     assert "nopreempt" in open(f"{lab.nodes['lb1'].root}/etc/lbctl/lab/keepalived.conf").read()
 
@@ -83,7 +83,7 @@ def test_one_balancer_with_health_checks_sends_no_vrrp_adverts(lab):
         "http": {"path": "/index.html"}, "interval": "1s", "timeout": "500ms", "rise": 1}}})
     lab.reset()  # one balancer (lb2's keepalived stops), then checks on it
     lab.reset(spec, "single-with-checks")
-    lab.wait_for(lambda: ipvs_web_dests(lab, "lb1") == ALL_WEB, what="every web worker in")
+    lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ALL_WEB, what="every web worker in")
     # VRRP is IP protocol 112; listen on the LAN port of lb1 for three seconds.
     dump = lab.sh("lb1", ["timeout", "3", "tcpdump", "-i", "eth0", "-n", "-c", "1",
                           "ip proto 112"], check=False)

@@ -40,10 +40,10 @@ def test_a_second_balancer_or_a_health_check_selects_keepalived():
     assert cluster_from(HEALTHY).vrrp.router_id == cluster_from(PAIR).vrrp.router_id
 
 
-def test_health_defaults_detect_a_dead_worker_in_about_a_second():
+def test_health_defaults_survive_one_slow_reply():
     check = cluster_from(HEALTHY).services["web"].health
     assert (check.kind, check.interval, check.timeout, check.retries, check.rise) == \
-        ("http", 1.0, 0.5, 1, 2)
+        ("http", 2.0, 1.0, 2, 2)
 
 
 def render(text, node="lb1", root="/"):
@@ -86,7 +86,7 @@ def test_exec_checks_pass_each_word_as_it_is_under_the_node_root():
                            "{exec: {command: [/usr/local/bin/probe, --port, '80']}}")
     conf = render(text, root="/srv/lab/lb1")
     assert ('misc_path "/srv/lab/lb1/etc/lbctl/pi-web/lbctl-check '
-            '/srv/lab/lb1/run/lbctl/pi-web/state/check.web@pi1 2 1 0.5 exec 192.168.100.3 80 '
+            '/srv/lab/lb1/run/lbctl/pi-web/state/check.web@pi1 2 2 1.0 exec 192.168.100.3 80 '
             '-- /usr/local/bin/probe --port 80"') in conf
 
 
@@ -179,7 +179,8 @@ def test_drift_is_named_and_health_decides_who_belongs():
     assert ipvs_drift(cluster, up, table) == ([], [])
     down = dict(up, **{"health.web@pi2": Reported("down", 2.0)})
     problems, _ = ipvs_drift(cluster, down, table)
-    assert problems == ["service web: worker pi2 (192.168.100.4:80) is down but still in IPVS"]
+    assert problems == ["service web: worker pi2 (192.168.100.4:80) is down but still takes "
+                        "traffic in IPVS (weight 1)"]
     wrong = [service([("192.168.100.3", 5), ("192.168.100.6", 2), ("192.168.100.9", 1)]), dns_svc]
     problems, unchecked = ipvs_drift(cluster, {"health.web@pi1": Reported("up", 1.0),
                                                "health.web@pi3": Reported("up", 1.0)}, wrong)

@@ -39,23 +39,44 @@ class RealServer:
 HEALTH_KINDS = ("http", "tcp", "udp", "exec")
 
 
+# Named sets of timing defaults; explicit interval/timeout/retries override them.
+HEALTH_PROFILES = {
+    "steady": {"interval": 2.0, "timeout": 1.0, "retries": 2},
+    "fast": {"interval": 1.0, "timeout": 0.5, "retries": 1},
+}
+
+
 @dataclass(frozen=True)
 class HealthCheck:
     """How keepalived checks each real server of a service.
 
-    Defaults suit a small LAN: a worker that stops answering leaves the pool
-    about a second later (keepalived's own default is about a minute), and
-    comes back only after `rise` checks in a row pass.
+    The defaults survive one slow reply from a busy Pi: a worker leaves the
+    pool only after `retries` checks in a row fail (about retries x
+    (interval + timeout), 6 s), and comes back only after `rise` checks in a
+    row pass.  `profile: fast` (HEALTH_PROFILES) detects in about 1.5 s but
+    acts on a single stall.  A failed worker stays in IPVS at weight 0
+    (keepalived's inhibit_on_failure), so its established connections finish.
     """
 
     kind: str  # one of HEALTH_KINDS
-    interval: float = 1.0  # seconds between checks
-    timeout: float = 0.5  # seconds one check may take
-    retries: int = 1  # failed checks in a row before removal
+    interval: float = HEALTH_PROFILES["steady"]["interval"]  # seconds between checks
+    timeout: float = HEALTH_PROFILES["steady"]["timeout"]  # seconds one check may take
+    retries: int = HEALTH_PROFILES["steady"]["retries"]  # failed checks in a row before removal
     rise: int = 2  # passed checks in a row before return
     path: str = "/"  # http
     status: int = 200  # http
     command: tuple = ()  # exec: argv, run without a shell
+    payload: str = ""  # udp: hex bytes sent as the probe
+    reply: str = ""  # udp: hex bytes the reply must start with ("" = silence passes)
+
+    @property
+    def in_process(self):
+        """Whether keepalived's own TCP_CHECK/UDP_CHECK keep this check's meaning.
+
+        They have no rise count (a server is back after one pass), so rise > 1
+        and exec go through keepalived/lbctl-check instead.
+        """
+        return self.kind in ("tcp", "udp") and self.rise == 1
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import zlib
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
-    HEALTH_KINDS, PROTOCOLS, SCHEDULERS, Balancer, Cluster, HealthCheck, RealServer,
-    VirtualService, Vrrp, Worker,
+    HEALTH_KINDS, HEALTH_PROFILES, PROTOCOLS, SCHEDULERS, Balancer, Cluster, HealthCheck,
+    RealServer, VirtualService, Vrrp, Worker,
 )
 from lbctl.errors import ConfigError
 
@@ -24,11 +24,14 @@ BALANCER_KEYS = {"address", "interface", "priority"}
 WORKER_KEYS = {"address", "weight"}
 SERVICE_KEYS = {"vip", "port", "protocol", "scheduler", "persistence", "workers", "health"}
 VRRP_KEYS = {"router_id", "advert_interval", "preempt", "unicast"}
-HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise"}
-KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": set(), "exec": {"command"}}
+HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise", "profile"}
+KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": {"payload", "reply"},
+             "exec": {"command"}}
 # Strings that reach keepalived.conf: no whitespace, quotes, braces, backslashes,
 # or keepalived's comment characters '#' and '!'.
 HTTP_PATH_RE = re.compile(r"^/[A-Za-z0-9._~%/?&=+:@,-]*$")
+# UDP probe and reply bytes, as even-length hex (keepalived reads them as hex).
+HEX_RE = re.compile(r"^(?:[0-9A-Fa-f]{2}){1,255}$")
 COMMAND_ARG_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)$")
 PAIR_PRIORITIES = (150, 100)  # first and second balancer, when the file gives none
@@ -301,15 +304,35 @@ def _health(c, value, path, protocol):
                 f"use {'udp' if protocol == 'udp' else 'http or tcp'} or exec", key=True)
         ok = False
     defaults = HealthCheck(kind)
+    profile = _profile(c, spec.get("profile", "steady"), path + ("profile",))
+    if profile is None:
+        return None, False
     values = {
-        "interval": c.duration(spec.get("interval", defaults.interval), path + ("interval",),
+        "interval": c.duration(spec.get("interval", profile["interval"]), path + ("interval",),
                                0.1, 3600),
-        "timeout": c.duration(spec.get("timeout", defaults.timeout), path + ("timeout",),
+        "timeout": c.duration(spec.get("timeout", profile["timeout"]), path + ("timeout",),
                               0.1, 300),
-        "retries": c.integer(spec.get("retries", defaults.retries), path + ("retries",), 1, 10,
+        "retries": c.integer(spec.get("retries", profile["retries"]), path + ("retries",), 1, 10,
                              "retries"),
         "rise": c.integer(spec.get("rise", defaults.rise), path + ("rise",), 1, 10, "rise"),
     }
+    if None not in (values["interval"], values["timeout"]) \
+            and values["timeout"] > values["interval"]:
+        # A check still running when the next is due would overlap it, and a
+        # dead worker would take longer than `interval` per failed check.
+        at = path + ("timeout",) if "timeout" in spec else path + ("interval",)
+        c.error(at, f"{c.where(path)}: timeout {values['timeout']:g}s is longer than the "
+                f"interval {values['interval']:g}s; a check must end before the next begins")
+        ok = False
+    if kind == "udp":
+        for key in ("payload", "reply"):
+            values[key] = _hex(c, fields.get(key, ""), kp + (key,))
+        given = [key for key in ("payload", "reply") if key in fields]
+        if given and values["rise"] != 1:
+            c.error(kp + (given[0],), f"{c.where(kp)}: a udp check with a {given[0]} needs "
+                    "rise 1 (keepalived's UDP_CHECK matches replies but has no rise count); "
+                    f"found rise {values['rise']}")
+            ok = False
     if kind == "http":
         values["path"] = _http_path(c, fields.get("path", defaults.path), kp + ("path",))
         values["status"] = c.integer(fields.get("status", defaults.status), kp + ("status",),
@@ -321,6 +344,30 @@ def _health(c, value, path, protocol):
     if not ok or any(v is None for v in values.values()):
         return None, False
     return HealthCheck(kind, **values), True
+
+
+def _profile(c, value, path):
+    if not isinstance(value, str) or value not in HEALTH_PROFILES:
+        c.error(path, f"{c.where(path)}: unknown profile {value!r}; use "
+                f"{' or '.join(HEALTH_PROFILES)}")
+        return None
+    return HEALTH_PROFILES[value]
+
+
+def _hex(c, value, path):
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not HEX_RE.match(value):
+        c.error(path, f"{c.where(path)}: {value!r} is not usable: give 1 to 255 bytes as "
+                "hex digits, two per byte, e.g. 0a1b (no spaces or 0x)")
+        return None
+    if value.lower().endswith("ff"):
+        # keepalived 2.2.7's hex reader (read_hex_str) takes a last byte of
+        # 0xff for its end-of-input marker and rejects the whole string.
+        c.error(path, f"{c.where(path)}: {value!r} ends in the byte ff, which keepalived "
+                "cannot read as the last byte; drop or change it")
+        return None
+    return value.lower()
 
 
 def _http_path(c, value, path):

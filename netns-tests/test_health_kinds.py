@@ -1,0 +1,89 @@
+"""tcp, udp and exec health checks against a live, a dead and a silent worker.
+
+pi1 runs the service (live), pi2 runs nothing (dead: RST or ICMP port
+unreachable), pi3 is silent (TCP: a listener whose accept queue is full, so
+SYNs go unanswered; UDP: a socket that reads and never replies).  A live and
+a silent UDP worker take traffic; a dead one, and a silent TCP one, do not.
+"""
+
+import sys
+import time
+
+import pytest
+
+from clusters import DNS_VIP, WEB_VIP, edited
+
+FAST = {"interval": "1s", "timeout": "500ms", "retries": 1}
+TARGET = [sys.executable, "-m", "lbctl.lab.probe_target"]
+# name: (protocol, vip, port, health)
+SERVICES = {
+    "tcpk": ("tcp", WEB_VIP, 8081, {"tcp": {}, "rise": 1, **FAST}),  # keepalived's TCP_CHECK
+    "tcps": ("tcp", WEB_VIP, 8083, {"tcp": {}, "rise": 2, **FAST}),  # lbctl-check
+    "udpk": ("udp", DNS_VIP, 5354, {"udp": {}, "rise": 1, **FAST}),  # keepalived's UDP_CHECK
+    "udps": ("udp", DNS_VIP, 5353, {"udp": {}, "rise": 2, **FAST}),  # lbctl-check
+    # Python starts slowly in the emulated lab: the exec check gets 2 s.
+    "app": ("tcp", WEB_VIP, 8082, {"exec": {"command": TARGET + ["check"]}, "rise": 1,
+                                   "interval": "2s", "timeout": "2s", "retries": 1}),
+}
+SILENT_UDP_IS_UP = {"udpk", "udps"}
+
+
+def weights(lab, protocol, vip, port, node="lb1"):
+    """{address: weight} of a service's real servers in IPVS."""
+    flag = "-u" if protocol == "udp" else "-t"
+    out = lab.sh(node, ["ipvsadm", "-Ln", flag, f"{vip}:{port}"], check=False).stdout
+    return {line.split()[1].rsplit(":", 1)[0]: int(line.split()[3])
+            for line in out.splitlines()
+            if line.strip().startswith("->") and line.split()[1][0].isdigit()}
+
+
+def taking_traffic(lab, name):
+    protocol, vip, port, _ = SERVICES[name]
+    return {address for address, weight in weights(lab, protocol, vip, port).items() if weight}
+
+
+@pytest.fixture
+def targets(lab):
+    spawned = []
+    for name, (protocol, _, port, _) in SERVICES.items():
+        if protocol == "udp":
+            live = [sys.executable, "-m", "lbctl.lab.udp_responder", "--name", "pi1",
+                    "--port", str(port), "--bind", "0.0.0.0"]
+        else:
+            live = TARGET + ["tcp", str(port)]
+        spawned.append(("pi1", lab.spawn("pi1", live)))
+        spawned.append(("pi3", lab.spawn("pi3", TARGET + [f"{protocol}-silent", str(port)])))
+    yield
+    for node, proc in spawned:
+        proc.terminate()
+        proc.wait()
+        lab.nodes[node].processes.remove(proc)
+
+
+def test_live_and_silent_udp_workers_take_traffic_dead_and_silent_tcp_do_not(lab, targets):
+    def with_checked(services):
+        for name, (protocol, vip, port, health) in SERVICES.items():
+            services[name] = {"vip": vip, "port": port, "protocol": protocol,
+                              "workers": ["pi1", "pi2", "pi3"], "health": health}
+        return services
+    lab.reset(edited(services=with_checked), "health-kinds")
+    expected = {name: {"192.168.100.3", "192.168.100.6"} if name in SILENT_UDP_IS_UP
+                else {"192.168.100.3"} for name in SERVICES}
+    try:
+        lab.wait_for(lambda: {name: taking_traffic(lab, name) for name in SERVICES} == expected,
+                     timeout=30, what="live and silent-UDP workers in IPVS, the others not")
+    except Exception:
+        found = {name: taking_traffic(lab, name) for name in SERVICES}
+        assert found == expected, lab.lbctl("lb1", "status").stdout
+
+    # Stays so: later probes of a silent UDP worker do not fail it either.
+    time.sleep(3)
+    status = lab.lbctl("lb1", "status").stdout
+    for name in SERVICES:
+        assert f"health {name}/pi1: up" in status, status
+        assert f"health {name}/pi2: down" in status, status
+        pi3 = "up" if name in SILENT_UDP_IS_UP else "down"
+        assert f"health {name}/pi3: {pi3}" in status, status
+    assert {name: taking_traffic(lab, name) for name in SERVICES} == expected
+    # A failed worker stays at weight 0 (inhibit_on_failure) or is absent.
+    assert weights(lab, "tcp", WEB_VIP, 8081).get("192.168.100.4", 0) == 0
