@@ -7,6 +7,11 @@ messages and exit codes; nothing else prints tracebacks.
 
 from dataclasses import dataclass
 
+# Control characters in a quoted source line are shown as their Unicode pictures
+# (one character each, so the caret stays in place), never sent to the terminal.
+_VISIBLE = {code: 0x2400 + code for code in range(0x20) if code != 0x09}
+_VISIBLE |= {0x7F: 0x2421} | {code: 0xFFFD for code in range(0x80, 0xA0)}
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -21,7 +26,7 @@ class Diagnostic:
         if not self.source_line:
             return head
         caret = " " * (self.col - 1) + "^"
-        return f"{head}\n    {self.source_line}\n    {caret}"
+        return f"{head}\n    {self.source_line.translate(_VISIBLE)}\n    {caret}"
 
 
 class LbctlError(Exception):

@@ -85,11 +85,12 @@ def _test_daemon_config(plan, adapters):
         daemon = change.new if change.kind == "keepalived" else None
         if daemon is None:
             continue
+        # Also when only a start is due: a missing keepalived stops apply here.
+        adapters.keepalived.prepare()  # keepalived checks that the script user exists
         config = next((c.new.content for c in plan.changes
                        if c.kind == "file" and c.key == daemon.config), None)
         if config is None:
             return
-        adapters.keepalived.prepare()  # keepalived checks that the script user exists
         problems = adapters.keepalived.test(config)
         if problems:
             raise ApplyError("test", f"keepalived config {daemon.config}",

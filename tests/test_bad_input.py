@@ -28,8 +28,11 @@ def test_errors_show_the_source_line_with_a_caret(case, capsys):
     main(["validate", str(case.path)])
     lines = capsys.readouterr().err.splitlines()
     head = next(i for i, l in enumerate(lines) if l.startswith(str(case.path)))
-    source = case.path.read_text().splitlines()[int(lines[head].split(":")[1]) - 1]
-    assert lines[head + 1] == f"    {source}"
+    source = case.path.read_text().split("\n")[int(lines[head].split(":")[1]) - 1]
+    # A control character is shown as its picture (ESC as U+241B), never sent as it is.
+    shown = "".join(chr(0x2400 + ord(ch)) if ord(ch) < 0x20 and ch != "\t" else ch
+                    for ch in source)
+    assert lines[head + 1] == f"    {shown}"
     col = int(lines[head].split(":")[2])
     assert lines[head + 2] == "    " + " " * (col - 1) + "^"
 

@@ -61,3 +61,22 @@ def test_an_empty_file_names_the_missing_sections(tmp_path):
 def test_a_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cannot read file"):
         load_cluster(tmp_path / "nope.yaml")
+
+
+def test_a_service_whose_workers_all_weigh_zero_is_refused_at_its_name():
+    text = PI_SINGLE.replace("192.168.100.6, weight: 2}", "192.168.100.6, weight: 0}") \
+        .replace("pi1: {address: 192.168.100.3}", "pi1: {address: 192.168.100.3, weight: 0}") \
+        .replace("pi2: {address: 192.168.100.4}", "pi2: {address: 192.168.100.4, weight: 0}")
+    with pytest.raises(ConfigError) as err:
+        cluster_from(text)
+    assert [(d.line, d.col, d.message.split(";")[0]) for d in err.value.diagnostics] == [
+        (9, 3, "services.web: every worker of the service has weight 0, so it would take no "
+               "traffic"),
+        (10, 70, "services.dns: every worker of the service has weight 0, so it would take no "
+                "traffic"),
+    ]
+
+
+def test_a_weight_of_zero_for_some_workers_is_still_fine():
+    text = PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, workers: {pi1: 0, pi2: 1}}")
+    assert [r.weight for r in cluster_from(text).services["web"].real_servers] == [0, 1]

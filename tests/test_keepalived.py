@@ -8,6 +8,7 @@ import pytest
 
 from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeKeepalived, FakeSysctls
 from helpers import PI_SINGLE, cluster_from
+from lbctl.adapters.keepalived import KeepalivedProcess
 from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
 from lbctl.config.model import ServiceKey
 from lbctl.desired import desired_state
@@ -137,6 +138,54 @@ def test_a_config_keepalived_rejects_changes_nothing():
         node.apply(PAIR.replace("weight: 2", "weight: 3"))
     assert node.adapters.files.files == before
     assert "reload" not in node.keepalived.calls
+
+
+def without_keepalived(root):
+    """This cluster's keepalived on a node where the package is not installed."""
+    return KeepalivedProcess(KeepalivedLayout("pi-web", str(root)), use_systemd=False,
+                             binary=str(root / "usr/sbin/keepalived"))
+
+
+NOT_INSTALLED = ("apply: run keepalived: it is not installed ({}/usr/sbin/keepalived not "
+                 "found), and this cluster's balancers need it: install it with `apt install "
+                 "keepalived`; nothing on this node was changed")
+
+
+def test_keepalived_not_installed_is_named_before_it_is_run(tmp_path):
+    keepalived = without_keepalived(tmp_path)
+    for step in (keepalived.prepare, lambda: keepalived.test("global_defs {}\n"),
+                 keepalived.start):
+        with pytest.raises(ApplyError) as err:
+            step()
+        assert str(err.value) == NOT_INSTALLED.format(tmp_path)
+        assert err.value.exit_code == 1
+    assert list(tmp_path.iterdir()) == []  # no run folder, no state folder
+
+
+def test_apply_without_keepalived_installed_changes_nothing(tmp_path):
+    node = Balancer(without_keepalived(tmp_path))
+    addresses = node.adapters.addresses.list()
+    with pytest.raises(ApplyError) as err:
+        node.apply(PAIR)
+    assert str(err.value) == NOT_INSTALLED.format(tmp_path)
+    assert node.adapters.files.files == {} and node.adapters.files.links == {}
+    assert node.adapters.ipvs.dump() == [] and node.adapters.addresses.list() == addresses
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_start_without_keepalived_installed_changes_nothing_either(tmp_path):
+    node = Balancer()
+    node.apply(PAIR)
+    # keepalived was removed since: the next apply must start it, and restore its check script.
+    node.adapters.keepalived = without_keepalived(tmp_path)
+    del node.adapters.files.files["/etc/lbctl/pi-web/lbctl-check"]
+    before = dict(node.adapters.files.files)
+    plan = node.plan(PAIR)
+    assert {(c.kind, c.key) for c in plan.changes} == {
+        ("file", "/etc/lbctl/pi-web/lbctl-check"), ("keepalived", "start")}
+    with pytest.raises(ApplyError, match="apt install keepalived"):
+        execute(plan, node.adapters)
+    assert node.adapters.files.files == before
 
 
 def test_moving_to_keepalived_hands_over_vips_and_services_without_removing_them():

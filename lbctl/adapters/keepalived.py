@@ -50,6 +50,7 @@ class KeepalivedProcess:
 
     def test(self, text):
         """keepalived's own verdict on a candidate config: a list of problems, empty if fine."""
+        self._require_installed()
         run_dir = self._make_run_dirs()
         fd, path = tempfile.mkstemp(prefix=".keepalived-test-", suffix=".conf", dir=run_dir)
         try:
@@ -70,6 +71,9 @@ class KeepalivedProcess:
     # -- changes ---------------------------------------------------------------
     def prepare(self):
         """The script user and the state folder its hooks write to."""
+        # apply prepares and tests before it changes anything: a missing keepalived
+        # must stop it here, with nothing on the node changed.
+        self._require_installed()
         ensure_system_user(SCRIPT_USER)
         self._make_run_dirs()
 
@@ -112,6 +116,12 @@ class KeepalivedProcess:
             self._wait(lambda: self._pid() is None, "stop")
 
     # -- helpers -------------------------------------------------------------
+    def _require_installed(self):
+        if not (os.path.isfile(self.binary) and os.access(self.binary, os.X_OK)):
+            raise ApplyError("run", "keepalived", f"it is not installed ({self.binary} not "
+                             "found), and this cluster's balancers need it: install it with "
+                             "`apt install keepalived`; nothing on this node was changed")
+
     def _make_run_dirs(self):
         run_dir = self.layout.real(self.layout.run_dir)
         state_dir = self.layout.real(self.layout.state_dir)

@@ -75,7 +75,11 @@ class _Checker:
                 yield name, spec, p
 
     def name(self, value, path, what, key=True):
-        if not isinstance(value, str) or not NAME_RE.match(value):
+        if not isinstance(value, str):
+            self.error(path, f"{what}: YAML reads this as {_kind(value)} ({value!r}), not as a "
+                       "name; names are text: put it in quotes", key=key)
+            return False
+        if not NAME_RE.match(value):
             self.error(path, f"{what} {value!r} is not a valid name: use letters, digits, "
                        "'_', '.' and '-' (up to 63, starting with a letter or digit)", key=key)
             return False
@@ -271,6 +275,11 @@ def _services(c, value, workers):
                                 "persistence (seconds)")
         real_servers = _real_servers(c, spec.get("workers"), p + ("workers",), workers)
         health, health_ok = _health(c, spec.get("health", "none"), p + ("health",), protocol)
+        if real_servers and not any(rs.weight for rs in real_servers):
+            c.error(p + ("workers",), f"services.{name}: every worker of the service has weight "
+                    "0, so it would take no traffic; give a worker a weight above 0, or remove "
+                    "the service (removing a worker from it drains that worker)", key=True)
+            real_servers = None
         if None in (vip, port, protocol, scheduler, persistence, real_servers) or not health_ok:
             continue
         result[name] = VirtualService(name, vip, port, protocol, scheduler, persistence,
@@ -408,9 +417,18 @@ def _real_servers(c, value, path, workers):
         c.error(path, f"{c.where(path)}: expected a list of worker names or a mapping of "
                 f"worker name to weight, found {_kind(value)}")
         return None
+    if not pairs:
+        c.error(path, f"{c.where(path)}: no workers, so the service would take no traffic; "
+                "name at least one (leave `workers` out for all of them), or remove the service")
+        return None
     result, seen, ok = [], set(), True
     for name, weight, p in pairs:
-        if not isinstance(name, str) or name not in workers:
+        if not isinstance(name, str):
+            c.error(p, f"{c.where(path)}: YAML reads this as {_kind(name)} ({name!r}), not as a "
+                    "worker name; names are text: put it in quotes", key=isinstance(value, dict))
+            ok = False
+            continue
+        if name not in workers:
             known = ", ".join(sorted(workers)) or "none"
             c.error(p, f"{c.where(path)}: worker {name!r} is not defined under workers "
                     f"(defined: {known})", key=isinstance(value, dict))
@@ -432,14 +450,17 @@ def _real_servers(c, value, path, workers):
 
 
 def _cross_checks(c, balancers, workers, services, network):
-    seen = {}
+    seen = {}  # address -> (section, node name)
     for kind, nodes in (("balancers", balancers), ("workers", workers)):
         for name, node in nodes.items():
             p = (kind, name, "address")
+            if kind == "workers" and name in balancers:
+                c.error((kind, name), f"workers.{name}: {name} is also the name of a balancer; "
+                        "every node needs a name of its own (plan and apply find a node by its "
+                        "name, and would take this worker for the balancer)", key=True)
             if node.address in seen:
-                c.error(p, f"{kind}.{name}.address: {node.address} is already the address "
-                        f"of {seen[node.address]}")
-            seen[node.address] = name
+                c.error(p, _shared_address(kind, name, node.address, *seen[node.address]))
+            seen[node.address] = (kind, name)
             if network is not None and node.address not in network:
                 c.error(p, f"{kind}.{name}.address: {node.address} is not on the balancer's "
                         f"L2 network {network}; direct routing forwards frames by MAC, so "
@@ -449,8 +470,25 @@ def _cross_checks(c, balancers, workers, services, network):
         p = ("services", name)
         if svc.vip in seen:
             c.error(p + ("vip",), f"services.{name}.vip: {svc.vip} is the address of node "
-                    f"{seen[svc.vip]}; a VIP must be an address of its own")
+                    f"{seen[svc.vip][1]}; a VIP must be an address of its own")
+        elif network is not None and network.prefixlen < 31 \
+                and svc.vip in (network.network_address, network.broadcast_address):
+            which = "broadcast" if svc.vip == network.broadcast_address else "network"
+            c.error(p + ("vip",), f"services.{name}.vip: {svc.vip} is the {which} address of "
+                    f"the cluster's network {network}, not one host's; a VIP must be a host "
+                    "address (set `network:` if the LAN is wider)")
         if svc.key in keys:
             c.error(p, f"services.{name}: {svc.key} is already defined by service {keys[svc.key]}",
                     key=True)
         keys[svc.key] = name
+
+
+def _shared_address(kind, name, address, other_kind, other):
+    where = f"{kind}.{name}.address: {address}"
+    if kind == other_kind:
+        return f"{where} is already the address of {other}"
+    # Balancers are listed first, so `other` is the balancer.
+    return (f"{where} is also the address of balancer {other}; one host as both balancer and "
+            "worker is not supported in direct routing: lbctl gives each host one role, and in "
+            "a pair the other balancer's IPVS would take the packets forwarded to this host as "
+            "a worker and balance them again instead of serving them; use separate hosts")
