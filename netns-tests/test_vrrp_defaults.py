@@ -10,14 +10,14 @@ from clusters import PAIR, WEB_VIP, edited
 from test_keepalived import ALL_WEB, ipvs_web_serving
 
 # Opens connections to the VIP and sends the first line of a request on each,
-# then sits idle until told to go on (a line on stdin), sends the blank line
+# prints the local ports, then sits idle until told to go on (a line on stdin), sends the blank line
 # that ends each request and prints what each got back, as JSON.
 IDLE_CLIENTS = """
 import json, socket, sys
 socks = [socket.create_connection((sys.argv[1], 80), timeout=5) for _ in range(int(sys.argv[2]))]
 for s in socks:
     s.sendall(b"GET /index.html HTTP/1.0\\r\\n")
-print("open", flush=True)
+print(" ".join(str(s.getsockname()[1]) for s in socks), flush=True)
 sys.stdin.readline()
 answers = []
 for s in socks:
@@ -39,7 +39,13 @@ class IdleClients:
             ["ip", "netns", "exec", lab.nodes["client"].netns, sys.executable, "-c",
              IDLE_CLIENTS, WEB_VIP, str(count)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert self.proc.stdout.readline().strip() == "open"
+        self.ports = self.proc.stdout.readline().split()
+        assert len(self.ports) == count, self.ports
+
+    def known_to(self, lab, node):
+        """Whether every connection is in the node's IPVS connection table."""
+        table = lab.sh(node, ["ipvsadm", "-Lnc"]).stdout
+        return all(f":{port} " in table for port in self.ports)
 
     def finish(self):
         out, _ = self.proc.communicate("go\n", timeout=60)
@@ -60,7 +66,8 @@ def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
     assert "nopreempt" in open(f"{lab.nodes['lb1'].root}/etc/lbctl/lab/keepalived.conf").read()
 
     before = IdleClients(lab, 6)  # through lb1, learned by lb2's sync daemon
-    time.sleep(1)
+    # The sync daemon sends in batches, up to two seconds apart.
+    lab.wait_for(lambda: before.known_to(lab, "lb2"), what="lb2 to learn lb1's connections")
     lab.set_link("lb1", False)
     try:
         lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", what="lb2 to take over")
@@ -72,8 +79,9 @@ def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
     time.sleep(lab.cluster.health_settle_seconds + 3)
     assert (lab.vrrp_state("lb1"), lab.vrrp_state("lb2")) == ("BACKUP", "MASTER")
 
-    answers = before.finish() + during.finish()
-    assert _served(answers), answers
+    before_answers, during_answers = before.finish(), during.finish()
+    assert _served(before_answers), before_answers
+    assert _served(during_answers), during_answers
     result = lab.lbctl("lb2", "apply", str(path))
     assert result.returncode == 0 and "no changes" in result.stdout, result.stdout
 
