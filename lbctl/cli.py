@@ -33,8 +33,11 @@ def build_parser():
             p.add_argument("--detailed-exitcode", action="store_true",
                            help="exit 0 for no changes, 2 for pending changes")
 
-    p = sub.add_parser("status", help="services, real servers, health, VRRP, VIPs and ARP "
-                       "settings here")
+    p = sub.add_parser("status", help="services, real servers, connection sync, health, VRRP, "
+                       "VIPs and ARP settings here")
+    p.add_argument("file", nargs="?",
+                   help="cluster file, to name this node (default: the clusters applied here)")
+    p.add_argument("--node", help="node name (default: found from this host's addresses)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--root", default="/", help="prefix of lbctl's files (default /)")
 

@@ -35,7 +35,8 @@ def execute(plan, adapters):
         report.replan = True
         return report
     _test_daemon_config(plan, adapters)
-    if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_before):
+    if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_before,
+                       plan.node):
         report.writes += 1
     adds = [c for c in plan.changes if c.action in (ADD, CHANGE)]
     removes = [c for c in plan.changes if c.action in (DRAIN, REMOVE)]
@@ -64,7 +65,8 @@ def execute(plan, adapters):
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_removes], ipvs_removes, report)
     _apply_local(adapters, [c for c in removes if c.kind not in IPVS_KINDS], report)
 
-    if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after):
+    if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after,
+                       plan.node):
         report.writes += 1
     _reload_units(report, files, since=reloaded)
     return report

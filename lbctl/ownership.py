@@ -1,6 +1,7 @@
 """Reading and writing the ownership record (see state.Ownership)."""
 
 import json
+import os
 import re
 from ipaddress import IPv4Address
 
@@ -15,8 +16,10 @@ def record_path(ownership_dir, cluster_name):
     return f"{ownership_dir}/{cluster_name}.json"
 
 
-def encode(owned):
-    return json.dumps({
+def encode(owned, node=None):
+    # The node is kept so that `lbctl status` without the file can name it.
+    named = {"node": node} if node else {}
+    return json.dumps(named | {
         "services": sorted(str(k) for k in owned.services),
         "addresses": sorted(str(a) for a in owned.addresses),
         "files": sorted(owned.files),
@@ -51,10 +54,27 @@ def read_ownership(files, ownership_dir, cluster_name):
         return Ownership()
 
 
-def write_ownership(files, ownership_dir, cluster_name, owned):
+def applied_here(root, ownership_dir):
+    """[(cluster, node)] of the clusters applied on this host, from their records;
+    node is None in a record written before records named it."""
+    folder = os.path.join(root, ownership_dir.lstrip("/"))
+    found = []
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        if not name.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                node = json.load(fh).get("node")
+        except (OSError, ValueError, AttributeError):
+            node = None
+        found.append((name[:-len(".json")], node))
+    return found
+
+
+def write_ownership(files, ownership_dir, cluster_name, owned, node=None):
     """Write the record if it changed; returns True when it wrote."""
     path = record_path(ownership_dir, cluster_name)
-    text = encode(owned)
+    text = encode(owned, node)
     current = files.read(path)
     if current is not None and current[0] == text:
         return False

@@ -125,3 +125,19 @@ def test_an_unknown_family_is_reported_as_missing():
             sock.family("LBCTL_NO_SUCH")
     finally:
         sock.close()
+
+
+def test_a_sync_daemon_dump_reads_role_interface_syncid_group_and_port():
+    import socket
+    import struct
+
+    nla = ipvs_wire.nla
+    daemon = (nla(ipvs_wire.DAEMON_STATE, struct.pack("=I", ipvs_wire.IP_VS_STATE_BACKUP))
+              + nla(ipvs_wire.DAEMON_MCAST_IFN, b"eth0\0")
+              + nla(ipvs_wire.DAEMON_SYNC_ID, struct.pack("=I", 51))
+              + nla(ipvs_wire.DAEMON_SYNC_MAXLEN, struct.pack("=H", 1472))
+              + nla(ipvs_wire.DAEMON_MCAST_GROUP, socket.inet_aton("224.0.0.81"))
+              + nla(ipvs_wire.DAEMON_MCAST_PORT, struct.pack("=H", 8848))
+              + nla(ipvs_wire.DAEMON_MCAST_TTL, b"\1"))
+    assert ipvs_wire.parse_daemon(daemon) == {"state": 2, "interface": "eth0", "syncid": 51,
+                                              "group": "224.0.0.81", "port": 8848}

@@ -1,28 +1,67 @@
 """How status reads on a balancer and on a worker."""
 
+import pytest
+
 from lbctl.commands.status import format_status
 
 BALANCER = {
+    "clusters": [{"cluster": "pi-web", "node": "lb1", "role": "balancer"}], "ipvs_loaded": True,
     "services": [{"service": "tcp 192.168.100.10:80", "scheduler": "wrr", "persistence": 0,
-                  "connections": 12, "conns_per_s": 2, "in_bytes_per_s": 900, "out_bytes_per_s": 0,
+                  "connections": 12, "conns_per_s": 2, "in_packets": 340, "in_bytes": 51000,
+                  "in_packets_per_s": 6, "in_bytes_per_s": 900,
                   "real_servers": [{"address": "192.168.100.3:80", "forward": "route", "weight": 1,
                                     "active": 1, "inactive": 4, "connections": 5}]}],
     "vips_on_lo": [], "arp": {"all": {"arp_ignore": "0", "arp_announce": "0"}},
 }
-WORKER = {"services": [], "vips_on_lo": ["192.168.100.10"],
+WORKER = {"clusters": [{"cluster": "pi-web", "node": "pi1", "role": "worker"}],
+          "ipvs_loaded": True, "services": [], "vips_on_lo": ["192.168.100.10"],
           "arp": {"all": {"arp_ignore": "1", "arp_announce": "2"},
                   "eth0": {"arp_ignore": "1", "arp_announce": "2"}}}
+SYNC_GROUP = {"interface": "eth0", "syncid": 51, "group": "224.0.0.81", "port": 8848}
+BOTH_DAEMONS = [dict(SYNC_GROUP, role="master"), dict(SYNC_GROUP, role="backup")]
+CONN_SYNC = """\
+Pro FromIP   FPrt ToIP     TPrt DestIP   DPrt State       Origin Expires
+TCP C0A86414 D2F0 C0A8640A 0050 C0A86403 0050 ESTABLISHED Sync       895
+TCP C0A86414 D2F2 C0A8640A 0050 C0A86404 0050 ESTABLISHED Local      890
+UDP C0A86414 A001 C0A8640B 0035 C0A86403 0035 UDP         Sync       290
+TCP C0A86414 0000 C0A8640A 0050 C0A86403 0050 NONE        Sync       300
+"""
 
 
 def test_a_balancer_shows_services_real_servers_connections_and_rates():
     text = format_status(BALANCER)
-    assert "tcp 192.168.100.10:80 wrr  connections 12  2 conn/s  in 900 B/s  out 0 B/s" in text
+    assert text.splitlines()[0] == "lbctl status: cluster pi-web, node lb1 (balancer)"
+    assert ("tcp 192.168.100.10:80 wrr  connections 12 (2/s)  in 340 packets (6/s)"
+            "  51000 bytes (900 B/s)") in text
     assert "-> 192.168.100.3:80" in text and "weight 1" in text and "active 1" in text
     assert "ARP settings" not in text
 
 
+def test_direct_routing_shows_no_outgoing_figures_and_says_why():
+    text = format_status(BALANCER)
+    assert "out " not in text and "outgoing" in text
+    assert "replies go from the workers straight to the clients" in text
+    assert "out_bytes_per_s" not in BALANCER["services"][0]
+
+
+def test_status_json_has_incoming_figures_and_no_outgoing_ones(monkeypatch):
+    from lbctl.adapters.protocols import IpvsService, IpvsSnapshot, IpvsStats
+    from lbctl.commands.status import collect
+
+    stats = IpvsStats(conns=12, inpkts=340, inbytes=51000, cps=2, inpps=6, inbps=900)
+    snapshot = IpvsSnapshot([IpvsService(None, "tcp 192.168.100.10:80", "wrr", 0, (), stats)], [])
+    report = collect("/nonexistent", ipvs=FakeIpvs(snapshot), conn_sync_table="/nonexistent")
+    service = report["services"][0]
+    assert {k: service[k] for k in ("connections", "conns_per_s", "in_packets", "in_bytes",
+                                    "in_packets_per_s", "in_bytes_per_s")} == \
+        {"connections": 12, "conns_per_s": 2, "in_packets": 340, "in_bytes": 51000,
+         "in_packets_per_s": 6, "in_bytes_per_s": 900}
+    assert not any(k.startswith("out") for k in service)
+
+
 def test_a_worker_shows_its_vips_and_arp_settings():
     text = format_status(WORKER)
+    assert text.splitlines()[0] == "lbctl status: cluster pi-web, node pi1 (worker)"
     assert "IPVS services: none" in text
     assert "VIPs on lo: 192.168.100.10" in text
     assert "eth0       arp_ignore=1  arp_announce=2" in text
@@ -54,3 +93,100 @@ def test_arp_settings_show_what_the_kernel_acts_on_the_larger_of_all_and_the_int
     assert effective_arp(raw) == {"all": {"arp_ignore": "1", "arp_announce": "2"},
                                   "eth0": {"arp_ignore": "1", "arp_announce": "2"},
                                   "wlan0": {"arp_ignore": "8", "arp_announce": "2"}}
+
+
+class FakeIpvs:
+    def __init__(self, snapshot):
+        self.result = snapshot
+
+    def snapshot(self):
+        return self.result
+
+
+def test_without_ip_vs_loaded_status_says_so_and_names_the_cluster_and_node(tmp_path):
+    from lbctl.commands.status import collect
+    from lbctl.config import load_cluster
+
+    cluster = load_cluster("examples/pi-single.yaml")
+    report = collect(str(tmp_path), cluster, "lb1", ipvs=FakeIpvs(None))
+    text = format_status(report)
+    assert text.splitlines()[0] == "lbctl status: cluster pi-web, node lb1 (balancer)"
+    assert "IPVS: not loaded (the ip_vs kernel module)" in text
+    assert "`lbctl apply` loads it" in text
+    assert "IPVS services: none" not in text
+    assert report["ipvs_loaded"] is False and report["services"] == []
+
+
+def test_the_ipvs_adapter_reports_a_missing_ipvs_family_as_not_loaded_and_loads_nothing(
+        monkeypatch):
+    import errno
+
+    from lbctl.adapters import ipvs, ipvs_wire
+
+    class NoIpvsFamily:
+        def family(self, name):
+            raise OSError(errno.ENOENT, f"generic netlink family {name}")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
+    monkeypatch.setattr(ipvs.subprocess, "run", lambda *a, **k: pytest.fail("loaded ip_vs"))
+    assert ipvs.IpvsNetlink().snapshot() is None
+
+
+def test_without_a_file_status_names_the_cluster_and_node_last_applied_here(tmp_path):
+    from lbctl.adapters.files import FilesRoot
+    from lbctl.commands.status import collect
+    from lbctl.ownership import write_ownership
+    from lbctl.state import Ownership
+
+    write_ownership(FilesRoot(str(tmp_path)), "/var/lib/lbctl", "pi-web", Ownership(), "lb1")
+    text = format_status(collect(str(tmp_path), ipvs=FakeIpvs(None)))
+    assert text.splitlines()[0] == "lbctl status: cluster pi-web, node lb1"
+    nothing = format_status(collect(str(tmp_path / "empty"), ipvs=FakeIpvs(None)))
+    assert nothing.splitlines()[0].startswith("lbctl status: no cluster has been applied")
+
+
+def test_learned_connections_count_the_sync_origin_rows_but_not_templates(tmp_path):
+    from lbctl.commands.status import learned_connections
+
+    table = tmp_path / "ip_vs_conn_sync"
+    table.write_text(CONN_SYNC)
+    assert learned_connections(str(table)) == 2
+    assert learned_connections(str(tmp_path / "missing")) == 0
+
+
+def _sync_report(daemons, learned, vrrp):
+    from lbctl.commands.status import sync_warning
+
+    sync = {"daemons": daemons, "learned_connections": learned}
+    keepalived = {"pi-web": {"vrrp": {"state": vrrp, "since": 1000.0}, "health": []}}
+    sync["warning"] = sync_warning(sync, keepalived, ["pi-web"])
+    return dict(BALANCER, sync=sync, keepalived=keepalived)
+
+
+def test_a_backup_shows_its_sync_daemons_and_the_connections_it_learned():
+    text = format_status(_sync_report(BOTH_DAEMONS, 17, "BACKUP"), now=1100.0)
+    assert "  master daemon on eth0 syncid 51 group 224.0.0.81 port 8848" in text
+    assert "  backup daemon on eth0 syncid 51 group 224.0.0.81 port 8848" in text
+    assert "connections learned from the peer: 17" in text
+    assert "WARNING" not in text
+
+
+def test_a_backup_that_learned_nothing_warns_that_the_sync_multicast_is_filtered():
+    report = _sync_report(BOTH_DAEMONS, 0, "BACKUP")
+    text = format_status(report, now=1100.0)
+    assert "connections learned from the peer: 0" in text
+    warning = next(line for line in text.splitlines() if "WARNING" in line)
+    assert "If the master is serving connections" in warning
+    assert "224.0.0.81 UDP port 8848 is being filtered between the balancers" in warning
+    assert "IGMP snooping" in warning and "docs/firewall.md#" in warning
+    assert report["sync"]["warning"] in warning
+
+
+def test_a_master_or_a_node_without_a_backup_daemon_does_not_warn():
+    assert _sync_report(BOTH_DAEMONS, 0, "MASTER")["sync"]["warning"] is None
+    assert _sync_report(BOTH_DAEMONS[:1], 0, "BACKUP")["sync"]["warning"] is None
+    text = format_status(_sync_report([], 0, "BACKUP"), now=1100.0)
+    assert "connection sync: no sync daemon running" in text

@@ -10,11 +10,14 @@ import subprocess
 from ipaddress import IPv4Address
 
 from lbctl.adapters import ipvs_wire
-from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsStats, OpResult
+from lbctl.adapters.protocols import (
+    IpvsDest, IpvsService, IpvsSnapshot, IpvsStats, OpResult, SyncDaemon,
+)
 from lbctl.config.model import ServiceKey
 from lbctl.errors import KernelError
 
 PROTOCOL_NAMES = {v: k for k, v in ipvs_wire.PROTOCOLS.items()}
+SYNC_ROLES = {ipvs_wire.IP_VS_STATE_MASTER: "master", ipvs_wire.IP_VS_STATE_BACKUP: "backup"}
 MODPROBE = "/usr/sbin/modprobe"
 
 
@@ -42,6 +45,30 @@ class IpvsNetlink:
         finally:
             sock.close()
         return [self._service(svc, dests) for svc, dests in table]
+
+    def snapshot(self):
+        """Services and sync daemons, or None when the ip_vs module is not loaded.
+
+        Unlike dump() it never loads ip_vs: reading the state must not change it.
+        """
+        sock = ipvs_wire.GenlSocket()
+        try:
+            try:
+                family = sock.family("IPVS")
+            except FileNotFoundError:
+                return None
+            table = sock.ipvs_table(family)
+            daemons = sock.sync_daemons(family)
+        finally:
+            sock.close()
+        return IpvsSnapshot([self._service(svc, dests) for svc, dests in table],
+                            [self._sync_daemon(d) for d in daemons])
+
+    @staticmethod
+    def _sync_daemon(d):
+        return SyncDaemon(SYNC_ROLES.get(d.get("state"), str(d.get("state"))),
+                          d.get("interface", ""), d.get("syncid", 0),
+                          d.get("group", ""), d.get("port", 0))
 
     def _service(self, svc, dests):
         flags = svc.get("flags", 0)

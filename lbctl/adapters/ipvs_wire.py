@@ -27,7 +27,8 @@ IPVS_GENL_VERSION = 1
 CMD = {("add", "service"): 1, ("set", "service"): 2, ("del", "service"): 3,
        ("add", "dest"): 5, ("set", "dest"): 6, ("del", "dest"): 7}
 IPVS_CMD_GET_SERVICE, IPVS_CMD_GET_DEST = 4, 8
-IPVS_CMD_ATTR_SERVICE, IPVS_CMD_ATTR_DEST = 1, 2
+IPVS_CMD_GET_DAEMON = 11
+IPVS_CMD_ATTR_SERVICE, IPVS_CMD_ATTR_DEST, IPVS_CMD_ATTR_DAEMON = 1, 2, 3
 SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK = 1, 2, 3, 4, 5
 SVC_SCHED_NAME, SVC_FLAGS, SVC_TIMEOUT, SVC_NETMASK = 6, 7, 8, 9
 SVC_STATS, SVC_STATS64 = 10, 12
@@ -37,7 +38,11 @@ DEST_U_THRESH, DEST_L_THRESH, DEST_ACTIVE_CONNS, DEST_INACT_CONNS = 5, 6, 7, 8
 DEST_STATS, DEST_ADDR_FAMILY, DEST_STATS64 = 10, 11, 12
 # IPVS_STATS_ATTR_*: conns, inpkts, outpkts, inbytes, outbytes, cps, inpps, outpps, inbps, outbps
 STATS_FIELDS = {1: "conns", 2: "inpkts", 3: "outpkts", 4: "inbytes", 5: "outbytes",
-                6: "cps", 9: "inbps", 10: "outbps"}
+                6: "cps", 7: "inpps", 9: "inbps", 10: "outbps"}
+# IPVS_DAEMON_ATTR_*: the connection sync daemons' settings.
+DAEMON_STATE, DAEMON_MCAST_IFN, DAEMON_SYNC_ID, DAEMON_SYNC_MAXLEN = 1, 2, 3, 4
+DAEMON_MCAST_GROUP, DAEMON_MCAST_GROUP6, DAEMON_MCAST_PORT, DAEMON_MCAST_TTL = 5, 6, 7, 8
+IP_VS_STATE_MASTER, IP_VS_STATE_BACKUP = 1, 2
 IP_VS_SVC_F_PERSISTENT = 0x0001
 PROTOCOLS = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP}
 
@@ -164,12 +169,24 @@ _DEST_FIELDS = {
 }
 
 
-def _decode(attrs, fields, **defaults):
+_DAEMON_FIELDS = {
+    DAEMON_STATE: ("state", _uint), DAEMON_MCAST_IFN: ("interface", _cstring),
+    DAEMON_SYNC_ID: ("syncid", _uint), DAEMON_MCAST_GROUP: ("group", _ipv4),
+    DAEMON_MCAST_PORT: ("port", _uint),
+}
+
+
+def _fields(attrs, fields, **defaults):
     found = dict(defaults)
     for kind, value in iter_attrs(attrs):
         if kind in fields:
             name, decode = fields[kind]
             found[name] = decode(value)
+    return found
+
+
+def _decode(attrs, fields, **defaults):
+    found = _fields(attrs, fields, **defaults)
     # Kernels since 4.x send 64-bit stats beside the old 32-bit ones; prefer them.
     stats32 = found.pop("stats32", {})
     found["stats"] = found.get("stats") or stats32
@@ -186,6 +203,11 @@ def parse_service(attrs):
 
 def parse_dest(attrs):
     return _decode(attrs, _DEST_FIELDS, active=0, inactive=0)
+
+
+def parse_daemon(attrs):
+    """A sync daemon: state (IP_VS_STATE_*), interface, syncid, and its multicast group and port."""
+    return _fields(attrs, _DAEMON_FIELDS)
 
 
 def _top_attr(payload, wanted):
@@ -278,3 +300,8 @@ class GenlSocket:
                                         nla(IPVS_CMD_ATTR_SERVICE, svc["key"]))]
             table.append((svc, dests))
         return table
+
+    def sync_daemons(self, family):
+        """The running connection sync daemons, master and backup: [daemon dicts]."""
+        return [parse_daemon(_top_attr(payload, IPVS_CMD_ATTR_DAEMON) or b"")
+                for payload in self.dump(family, IPVS_CMD_GET_DAEMON)]

@@ -12,6 +12,7 @@ class IpvsStats:
     inbytes: int = 0
     outbytes: int = 0
     cps: int = 0
+    inpps: int = 0
     inbps: int = 0
     outbps: int = 0
 
@@ -37,6 +38,25 @@ class IpvsService:
     persistence: int
     dests: tuple = ()
     stats: IpvsStats = IpvsStats()
+
+
+@dataclass(frozen=True)
+class SyncDaemon:
+    """A running IPVS connection sync daemon: role is "master" (sends) or "backup" (receives)."""
+
+    role: str
+    interface: str
+    syncid: int
+    group: str  # the multicast group it sends to or joins
+    port: int
+
+
+@dataclass(frozen=True)
+class IpvsSnapshot:
+    """What status reads from the kernel's IPVS: services and sync daemons."""
+
+    services: list
+    sync_daemons: list
 
 
 @dataclass(frozen=True)
