@@ -265,13 +265,23 @@ class Lab:
     def block_vrrp(self, node, blocked=True):
         """Drop VRRP (IP protocol 112) arriving at a node: the balancers stop hearing
         each other while clients still reach both."""
+        self._drop_arriving(node, ["match", "ip", "protocol", "112", "0xff"] if blocked else None)
+
+    def block_sync(self, node, blocked=True, group="224.0.0.81", port=8848):
+        """Drop the IPVS sync daemon's multicast arriving at a node, as a firewall or a
+        switch's IGMP snooping would: VRRP and clients are not affected."""
+        match = ["match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
+                 "match", "ip", "dport", str(port), "0xffff"]
+        self._drop_arriving(node, match if blocked else None)
+
+    def _drop_arriving(self, node, match):
+        """One u32 drop rule on the ingress of a node's eth0; None removes it."""
         netns = self.nodes[node].netns
         run(["tc", "-n", netns, "qdisc", "del", "dev", "eth0", "ingress"], check=False)
-        if blocked:
+        if match:
             run(["tc", "-n", netns, "qdisc", "add", "dev", "eth0", "ingress"])
             run(["tc", "-n", netns, "filter", "add", "dev", "eth0", "parent", "ffff:",
-                 "protocol", "ip", "u32", "match", "ip", "protocol", "112", "0xff",
-                 "action", "drop"])
+                 "protocol", "ip", "u32", *match, "action", "drop"])
 
     def vip_macs(self, vip, node="client", count=3):
         """The MACs that answer ARP for `vip`."""
