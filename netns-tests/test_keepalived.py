@@ -19,6 +19,7 @@ import pytest
 
 from clusters import PAIR, WEB_VIP, pair_edited
 from conftest import measured as report
+from lbctl.errors import LabError
 from lbctl.lab.traffic import summarize
 
 WEB_HEALTH = PAIR["services"]["web"]["health"]
@@ -243,8 +244,12 @@ def test_the_backup_shows_connections_it_learned_and_warns_when_sync_multicast_i
 
         lab.block_sync("lb2", blocked=False)
         holders.append(lab.hold_connections(WEB_VIP, 80, 8, 180))
-        lab.wait_for(lambda: sync_report(lab, "lb2", pair)["learned_connections"] >= 8,
-                     what="lb2 to learn the new connections")
+        try:
+            lab.wait_for(lambda: sync_report(lab, "lb2", pair)["learned_connections"] >= 8,
+                         what="lb2 to learn the new connections")
+        except LabError:
+            table = lab.sh("lb2", ["cat", "/proc/net/ip_vs_conn_sync"], check=False).stdout
+            raise AssertionError(f"lb2 learned too few connections:\n{table}") from None
         status = lab.lbctl("lb2", "status", str(pair)).stdout
         learned = sync_report(lab, "lb2", pair)
         assert {d["role"] for d in learned["daemons"]} == {"master", "backup"}, learned

@@ -19,12 +19,15 @@ WORKER = {"clusters": [{"cluster": "pi-web", "node": "pi1", "role": "worker"}],
                   "eth0": {"arp_ignore": "1", "arp_announce": "2"}}}
 SYNC_GROUP = {"interface": "eth0", "syncid": 51, "group": "224.0.0.81", "port": 8848}
 BOTH_DAEMONS = [dict(SYNC_GROUP, role="master"), dict(SYNC_GROUP, role="backup")]
+# As the kernel prints it (ip_vs_conn_sync_seq_show): learned connections are
+# SYNC, this node's own LOCAL, and persistence templates have client port 0.
 CONN_SYNC = """\
 Pro FromIP   FPrt ToIP     TPrt DestIP   DPrt State       Origin Expires
-TCP C0A86414 D2F0 C0A8640A 0050 C0A86403 0050 ESTABLISHED Sync       895
-TCP C0A86414 D2F2 C0A8640A 0050 C0A86404 0050 ESTABLISHED Local      890
-UDP C0A86414 A001 C0A8640B 0035 C0A86403 0035 UDP         Sync       290
-TCP C0A86414 0000 C0A8640A 0050 C0A86403 0050 NONE        Sync       300
+TCP C0A86414 D2F0 C0A8640A 0050 C0A86403 0050 ESTABLISHED SYNC       895
+TCP C0A86414 D2F2 C0A8640A 0050 C0A86404 0050 ESTABLISHED LOCAL      890
+UDP C0A86414 A001 C0A8640B 0035 C0A86403 0035 UDP         SYNC       290
+TCP C0A86414 0000 C0A8640A 0050 C0A86403 0050 NONE        SYNC       300
+UDP C0A86414 0000 C0A8640B 0035 C0A86403 0035 UDP         SYNC       300
 """
 
 

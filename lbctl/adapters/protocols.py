@@ -3,6 +3,8 @@
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+OWNERSHIP_DIR = "/var/lib/lbctl"  # lbctl's ownership records, one per cluster
+
 
 @dataclass(frozen=True)
 class IpvsStats:
@@ -134,5 +136,5 @@ class Adapters:
     addresses: Addresses
     sysctls: Sysctls
     files: Files
-    ownership_dir: str = "/var/lib/lbctl"
+    ownership_dir: str = OWNERSHIP_DIR
     keepalived: Keepalived | None = None  # balancers of keepalived clusters, and ones leaving it

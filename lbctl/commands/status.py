@@ -54,12 +54,11 @@ def _reported_on(root, cluster, node):
         from lbctl.desired import role_of
 
         return [{"cluster": cluster.name, "node": node, "role": role_of(cluster, node)}]
-    from lbctl.adapters.protocols import Adapters
+    from lbctl.adapters.protocols import OWNERSHIP_DIR
     from lbctl.ownership import applied_here
 
-    ownership_dir = Adapters.__dataclass_fields__["ownership_dir"].default
     return [{"cluster": name, "node": applied_node, "role": None}
-            for name, applied_node in applied_here(root, ownership_dir)]
+            for name, applied_node in applied_here(root, OWNERSHIP_DIR)]
 
 
 def _service_report(svc):
@@ -79,19 +78,20 @@ def _service_report(svc):
 
 def learned_connections(path=CONN_SYNC_TABLE):
     """How many connections the sync daemon brought from the peer: the kernel marks
-    them "Sync" in the Origin column, and the ones this node made itself "Local"."""
+    them SYNC in the Origin column, and the ones this node made itself LOCAL."""
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             header = fh.readline().split()
             rows = fh.read().splitlines()
     except OSError:
         return 0
-    if "Origin" not in header or "State" not in header:
+    if not {"Origin", "State", "FPrt"} <= set(header):
         return 0
-    origin, state = header.index("Origin"), header.index("State")
-    # Persistence templates (state NONE) are not connections.
+    origin, state, client_port = (header.index(k) for k in ("Origin", "State", "FPrt"))
+    # Persistence templates are not connections: state NONE, client port 0.
     return sum(1 for fields in map(str.split, rows)
-               if len(fields) > origin and fields[origin] == "Sync" and fields[state] != "NONE")
+               if len(fields) > origin and fields[origin] == "SYNC"
+               and fields[state] != "NONE" and fields[client_port] != "0000")
 
 
 def sync_warning(sync, keepalived, clusters):
