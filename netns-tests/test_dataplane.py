@@ -69,7 +69,13 @@ def test_the_balancer_carries_under_five_percent_of_response_bytes(lab, base):
 def test_status_shows_services_real_servers_and_connections(lab, base):
     lab.ask_web(4)
     out = lab.lbctl("lb1", "status").stdout
+    assert out.splitlines()[0] == "lbctl status: cluster lab, node lb1", out
     assert f"tcp {WEB_VIP}:80 wrr" in out
+    # Direct routing: incoming figures only, and a line that says why.
+    assert re.search(rf"tcp {re.escape(WEB_VIP)}:80 wrr  connections [1-9]\d* \(\d+/s\)"
+                     r"  in [1-9]\d* packets \(\d+/s\)  [1-9]\d* bytes \(\d+ B/s\)", out), out
+    assert "replies go from the workers straight to the clients" in out
+    assert " out " not in out
     for addr, weight in (("192.168.100.3", 1), ("192.168.100.4", 1), ("192.168.100.6", 2)):
         assert re.search(rf"-> {re.escape(addr)}:80\s+route\s+weight {weight}\s", out), out
     worker = lab.lbctl("pi1", "status").stdout
@@ -84,4 +90,6 @@ def test_status_json_reports_connection_counts(lab, base):
     report = json.loads(lab.lbctl("lb1", "status", "--json").stdout)
     web = next(s for s in report["services"] if s["service"] == f"tcp {WEB_VIP}:80")
     assert web["connections"] >= 6
+    assert web["in_packets"] >= 6 * 3 and web["in_bytes"] > 0
+    assert not [key for key in web if key.startswith("out")], web
     assert sum(d["inactive"] + d["active"] for d in web["real_servers"]) >= 1
