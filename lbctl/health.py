@@ -106,15 +106,30 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
     return problems, unchecked
 
 
-def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2, draining=frozenset()):
-    """Poll until IPVS matches (no problems, every server checked) or time runs out."""
-    deadline = time.monotonic() + timeout
+def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2, draining=frozenset(),
+                  confirm_after=1.0, clock=time.monotonic, sleep=time.sleep):
+    """Poll until IPVS matches (no problems, every server checked) or time runs out.
+
+    keepalived changes IPVS first and runs the notify hook after, so a check
+    that changed state a moment ago shows as a mismatch until the hook has
+    written.  A problem is reported only when it is still there
+    `confirm_after` seconds later: drift persists, a hook in flight does not.
+    """
+    deadline = clock() + timeout
     while True:
         reported = read_state_dir(state_dir)
         problems, unchecked = ipvs_drift(cluster, reported, dump(), draining)
-        if (not problems and not unchecked) or time.monotonic() >= deadline:
+        if not problems and not unchecked:
             return problems, unchecked, reported
-        time.sleep(poll)
+        if clock() >= deadline:
+            break
+        sleep(poll)
+    if problems:
+        sleep(confirm_after)
+        reported = read_state_dir(state_dir)
+        again, unchecked = ipvs_drift(cluster, reported, dump(), draining)
+        problems = [p for p in again if p in problems]
+    return problems, unchecked, reported
 
 
 def describe_health(cluster, reported, now=None):

@@ -13,7 +13,7 @@ from helpers import PI_SINGLE, cluster_from
 from lbctl.adapters.protocols import IpvsDest, IpvsService
 from lbctl.config.model import ServiceKey
 from lbctl.errors import ConfigError
-from lbctl.health import Reported, ipvs_drift
+from lbctl.health import Reported, ipvs_drift, wait_for_ipvs
 from lbctl.render.keepalived import (
     SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
 )
@@ -128,22 +128,54 @@ def test_keepalived_accepts_the_rendered_checks(tmp_path):
 
 def test_a_down_server_at_weight_0_is_not_drift_but_one_taking_traffic_is():
     cluster = cluster_from(with_health(web="{tcp: {}}"))
+    reported = {f"health.web@{w}": Reported("up", 1.0) for w in ("pi1", "pi3")}
+    reported["health.web@pi2"] = Reported("down", 2.0)
+    assert ipvs_drift(cluster, reported, _web_table(0)) == ([], [])
+    assert ipvs_drift(cluster, reported, _web_table(1))[0] == [
+        "service web: worker pi2 (192.168.100.4:80) is down but still takes traffic in IPVS "
+        "(weight 1)"]
+
+
+def _web_table(pi2_weight):
+    dests = tuple(IpvsDest(IPv4Address(a), 80, w, 3) for a, w in
+                  (("192.168.100.3", 1), ("192.168.100.4", pi2_weight), ("192.168.100.6", 2)))
     dns = IpvsService(ServiceKey("udp", IPv4Address("192.168.100.11"), 53), "udp", "rr", 0,
                       tuple(IpvsDest(IPv4Address(a), 53, 1, 3)
                             for a in ("192.168.100.3", "192.168.100.4")))
+    return [IpvsService(ServiceKey("tcp", IPv4Address("192.168.100.10"), 80), "tcp", "wrr",
+                        0, dests), dns]
 
-    def table(pi2_weight):
-        dests = tuple(IpvsDest(IPv4Address(a), 80, w, 3) for a, w in
-                      (("192.168.100.3", 1), ("192.168.100.4", pi2_weight), ("192.168.100.6", 2)))
-        return [IpvsService(ServiceKey("tcp", IPv4Address("192.168.100.10"), 80), "tcp", "wrr",
-                            0, dests), dns]
 
-    reported = {f"health.web@{w}": Reported("up", 1.0) for w in ("pi1", "pi3")}
-    reported["health.web@pi2"] = Reported("down", 2.0)
-    assert ipvs_drift(cluster, reported, table(0)) == ([], [])
-    assert ipvs_drift(cluster, reported, table(1))[0] == [
-        "service web: worker pi2 (192.168.100.4:80) is down but still takes traffic in IPVS "
-        "(weight 1)"]
+def _hook_files(state_dir, pi2):
+    for worker, state in (("pi1", "up"), ("pi2", pi2), ("pi3", "up")):
+        (state_dir / f"health.web@{worker}").write_text(f"{state} 1.0\n")
+
+
+def _no_clock():
+    ticks = iter(range(1000))
+    return lambda: next(ticks)
+
+
+def test_apply_does_not_report_a_check_whose_notify_hook_is_still_running(tmp_path):
+    # keepalived put pi2 back at weight 1; its "up" hook writes a moment later.
+    cluster = cluster_from(with_health(web="{tcp: {}}"))
+    _hook_files(tmp_path, pi2="down")
+    problems, unchecked, reported = wait_for_ipvs(
+        cluster, tmp_path, lambda: _web_table(1), timeout=0, clock=_no_clock(),
+        sleep=lambda _: _hook_files(tmp_path, pi2="up"))
+    assert (problems, unchecked) == ([], [])
+    assert reported["health.web@pi2"].state == "up"
+
+
+def test_apply_reports_a_mismatch_that_is_still_there_a_second_later(tmp_path):
+    cluster = cluster_from(with_health(web="{tcp: {}}"))
+    _hook_files(tmp_path, pi2="down")
+    slept = []
+    problems, _, _ = wait_for_ipvs(cluster, tmp_path, lambda: _web_table(1), timeout=0,
+                                   clock=_no_clock(), sleep=slept.append)
+    assert problems == ["service web: worker pi2 (192.168.100.4:80) is down but still takes "
+                        "traffic in IPVS (weight 1)"]
+    assert slept == [1.0]
 
 
 # The damping script's probes, for real, against local services

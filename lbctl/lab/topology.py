@@ -99,14 +99,36 @@ class Lab:
             fh.write(f"served by {node.name}\n")
         with open(os.path.join(docroot, "blob"), "wb") as fh:
             fh.write(os.urandom(BLOB_BYTES))
-        # Inside its own namespace the worker listens on every address: the
-        # VIP on lo is how direct-routed requests reach it.
-        self.spawn(node.name, ["busybox", "httpd", "-f", "-p", "0.0.0.0:80", "-h", docroot])
+        self._spawn_web_server(node)
         for svc in self.cluster.services.values():
             if svc.protocol == "udp" and any(rs.worker == node.name for rs in svc.real_servers):
                 self.spawn(node.name, [sys.executable, "-m", "lbctl.lab.udp_responder",
                                        "--name", node.name, "--port", str(svc.port),
                                        "--bind", "0.0.0.0"])
+        self._wait_listening(node, 80)
+
+    def _spawn_web_server(self, node):
+        # Inside its own namespace the worker listens on every address: the
+        # VIP on lo is how direct-routed requests reach it.  It is always the
+        # worker's first process, so tests can stop and restart it.
+        docroot = os.path.join(self.workdir, f"{node.name}-www")
+        proc = subprocess.Popen(
+            ["ip", "netns", "exec", node.netns, "busybox", "httpd", "-f", "-p", "0.0.0.0:80",
+             "-h", docroot], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if node.processes:
+            node.processes[0] = proc
+        else:
+            node.processes.append(proc)
+
+    def web_server(self, name):
+        """A worker's web server process."""
+        return self.nodes[name].processes[0]
+
+    def ensure_web_server(self, name):
+        """Restart a worker's web server that a test stopped, and wait until it listens."""
+        node = self.nodes[name]
+        if self.web_server(name).poll() is not None:
+            self._spawn_web_server(node)
         self._wait_listening(node, 80)
 
     def _wait_listening(self, node, port, timeout=30):
