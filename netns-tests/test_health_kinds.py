@@ -21,8 +21,6 @@ from clusters import DNS_VIP, WEB_VIP, edited
 # udpk and udps together send it 0.75 probes a second.
 IN_PROCESS = {"interval": "2s", "timeout": "1s", "retries": 2}
 SCRIPTED = {"interval": "4s", "timeout": "3s", "retries": 2}
-# What a user's exec check often is: a connect, in bash.
-CONNECT = ["bash", "-c", 'exec 3<>"/dev/tcp/$LBCTL_ADDRESS/$LBCTL_PORT"']
 TARGET = [sys.executable, "-m", "lbctl.lab.probe_target"]
 # name: (protocol, vip, port, health)
 SERVICES = {
@@ -30,7 +28,8 @@ SERVICES = {
     "tcps": ("tcp", WEB_VIP, 8083, {"tcp": {}, "rise": 2, **SCRIPTED}),  # lbctl-check
     "udpk": ("udp", DNS_VIP, 5354, {"udp": {}, "rise": 1, **IN_PROCESS}),  # keepalived's UDP_CHECK
     "udps": ("udp", DNS_VIP, 5353, {"udp": {}, "rise": 2, **SCRIPTED}),  # lbctl-check
-    "app": ("tcp", WEB_VIP, 8082, {"exec": {"command": CONNECT}, "rise": 1, **SCRIPTED}),
+    "app": ("tcp", WEB_VIP, 8082, {"exec": {"command": TARGET + ["check"]}, "rise": 1,
+                                   **SCRIPTED}),
 }
 SILENT_UDP_IS_UP = {"udpk", "udps"}
 
