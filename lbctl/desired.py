@@ -136,10 +136,12 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
 def desired_balancer(cluster, node, interface, boot=None):
     state = NodeState("balancer", node, cluster.name)
     state.sysctls = dict(BALANCER_SYSCTLS)
+    # (Under keepalived, its lvs_timeouts sets them at every start instead.)
+    state.timeouts = dict(cluster.ipvs_timeouts)
     # A single balancer holds the VIPs itself; it answers ARP for them.
     state.addresses = {Address(vip, interface) for vip in cluster.vips}
     for svc in cluster.services.values():
-        state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence)
+        state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
         for rs in svc.real_servers:
             state.dests[DestKey(svc.key, rs.address, svc.port)] = DestSpec(rs.weight)
     if boot is not None:

@@ -159,6 +159,8 @@ def _apply_local(adapters, changes, report):
                 (adapters.addresses.add if change.action == ADD else adapters.addresses.remove)(change.key)
             elif change.kind == "sysctl":
                 adapters.sysctls.write(change.key, change.new)
+            elif change.kind == "ipvs timeout":
+                adapters.ipvs.set_timeouts({change.key: change.new})
             elif change.kind == "file":
                 if change.action == REMOVE:
                     adapters.files.remove(change.key)

@@ -79,6 +79,9 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
         if found.scheduler != svc.scheduler:
             problems.append(f"service {svc.name}: scheduler is {found.scheduler}, "
                             f"the file says {svc.scheduler}")
+        elif found.flags != svc.flags:
+            problems.append(f"service {svc.name}: flags are {_flags(found.flags)}, "
+                            f"the file says {_flags(svc.flags)}")
         dests = {(d.address, d.port): d for d in found.dests}
         for rs in svc.real_servers:
             dest = dests.pop((rs.address, svc.port), None)
@@ -104,6 +107,17 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
                 continue
             problems.append(f"service {svc.name}: {address}:{port} is in IPVS but not in the file")
     return problems, unchecked
+
+
+def _flags(names):
+    return ",".join(names) or "none"
+
+
+def timeout_drift(cluster, timeouts):
+    """The file's IPVS timeouts that the kernel (`timeouts`, from Ipvs.timeouts()) lacks."""
+    return [f"IPVS timeout {name} is {timeouts.get(name)}s, the file says {seconds}s"
+            for name, seconds in sorted(cluster.ipvs_timeouts.items())
+            if timeouts.get(name) != seconds]
 
 
 def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2, draining=frozenset(),

@@ -42,10 +42,12 @@ def observe(desired, owned, adapters, address_list, ipvs_table=None):
         for svc in ipvs_table:
             if svc.key is None:
                 continue  # fwmark and IPv6 services are never lbctl's
-            state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence)
+            state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
             for d in svc.dests:
                 state.dests[DestKey(svc.key, d.address, d.port)] = DestSpec(
                     d.weight, d.forward, d.active, d.inactive)
+    if adapters.ipvs is not None and (desired.timeouts or owned.timeouts):
+        state.timeouts = adapters.ipvs.timeouts()
     for key in desired.sysctls:
         value = adapters.sysctls.read(key)
         if value is not None:

@@ -5,7 +5,7 @@ import os
 import re
 from ipaddress import IPv4Address
 
-from lbctl.config.model import ServiceKey
+from lbctl.config.model import IPVS_TIMEOUTS, ServiceKey
 from lbctl.state import Address, Ownership
 
 _SERVICE_RE = re.compile(r"^(tcp|udp) ([0-9.]+):(\d+)$")
@@ -24,7 +24,8 @@ def encode(owned, node=None):
         "addresses": sorted(str(a) for a in owned.addresses),
         "files": sorted(owned.files),
         "links": sorted(owned.links),
-    }, indent=2) + "\n"
+    } | ({"timeouts": dict(sorted(owned.timeouts.items()))} if owned.timeouts else {}),
+        indent=2) + "\n"
 
 
 def decode(text):
@@ -39,7 +40,10 @@ def decode(text):
         m = _ADDRESS_RE.match(item)
         if m:
             addresses.add(Address(IPv4Address(m[1]), m[3], int(m[2])))
-    return Ownership(services, addresses, set(data.get("files", [])), set(data.get("links", [])))
+    timeouts = {name: value for name, value in data.get("timeouts", {}).items()
+                if name in IPVS_TIMEOUTS and isinstance(value, int) and value > 0}
+    return Ownership(services, addresses, set(data.get("files", [])), set(data.get("links", [])),
+                     timeouts)
 
 
 def read_ownership(files, ownership_dir, cluster_name):

@@ -55,7 +55,8 @@ class Plan:
 
 def _service_note(spec):
     persist = f" persistence {spec.persistence}s" if spec.persistence else ""
-    return f" scheduler {spec.scheduler}{persist}"
+    flags = f" flags {','.join(spec.flags)}" if spec.flags else ""
+    return f" scheduler {spec.scheduler}{flags}{persist}"
 
 
 def make_plan(desired, observed, owned, force=False):
@@ -87,6 +88,8 @@ def make_plan(desired, observed, owned, force=False):
                                f" -> {target}"))
 
     adds += _daemon_start_or_reload(desired, observed, adds)
+    timeout_changes, restores, originals = _timeouts(desired, observed, owned)
+    adds += timeout_changes
 
     for key, spec in sorted(desired.services.items()):
         old = observed.services.get(key)
@@ -123,13 +126,48 @@ def make_plan(desired, observed, owned, force=False):
     for path in sorted(owned.files - set(desired.files)):
         if path in observed.files:
             removes.append(Change(REMOVE, "file", path))
+    removes += restores
 
     plan.changes = stops + adds + removes
     desired_owned = Ownership.of(desired)
     plan.owned_before = owned.union(desired_owned)
+    plan.owned_before.timeouts = owned.timeouts | originals
     # Draining real servers keep their service owned; they are inside it.
     plan.owned_after = desired_owned
+    plan.owned_after.timeouts = {name: value for name, value in plan.owned_before.timeouts.items()
+                                 if name in desired.timeouts or desired.daemon is not None}
     return plan
+
+
+def _timeouts(desired, observed, owned):
+    """(changes, restores, originals) for the IPVS timeouts lbctl sets itself.
+
+    The file's timeouts are set; one lbctl set before that the file no longer
+    names goes back to the kernel's value from before (`owned.timeouts`).
+    Under keepalived, its lvs_timeouts does both, so there is nothing to do.
+    `originals` are the kernel's values of timeouts lbctl is about to set for
+    the first time, for the ownership record.
+    """
+    if desired.daemon is not None:
+        return [], [], {}
+    changes, restores, originals = [], [], {}
+    for name, value in sorted(desired.timeouts.items()):
+        now = observed.timeouts.get(name)
+        if name not in owned.timeouts and now is not None:
+            originals[name] = now
+        if now != value:
+            changes.append(Change(CHANGE, "ipvs timeout", name, value, now,
+                                  f" = {value}s (now {_seconds_or_unset(now)})"))
+    for name, before in sorted(owned.timeouts.items()):
+        now = observed.timeouts.get(name)
+        if name not in desired.timeouts and now is not None and now != before:
+            restores.append(Change(CHANGE, "ipvs timeout", name, before, now,
+                                   f" = {before}s, as before lbctl set it (now {now}s)"))
+    return changes, restores, originals
+
+
+def _seconds_or_unset(value):
+    return "unknown" if value is None else f"{value}s"
 
 
 def _daemon_stop(desired, observed):

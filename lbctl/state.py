@@ -26,6 +26,7 @@ class Address:
 class ServiceSpec:
     scheduler: str
     persistence: int = 0  # seconds; 0 means off
+    flags: tuple = ()  # sorted names: "ops" and scheduler flags such as "sh-port"
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,9 @@ class NodeState:
     # daemon's config at weight 0 until their connections end.
     leaving: dict = field(default_factory=dict)  # {DestKey: DestSpec}
     draining: set = field(default_factory=set)  # {DestKey}
+    # IPVS timeouts in seconds ({"tcp": 900, ...}): desired, the ones lbctl
+    # sets itself; observed, the kernel's.
+    timeouts: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -105,10 +109,14 @@ class Ownership:
     addresses: set = field(default_factory=set)  # {Address}
     files: set = field(default_factory=set)  # {path}
     links: set = field(default_factory=set)  # {path}
+    # IPVS timeouts lbctl set, each with the kernel's value before it did, so
+    # that a file which stops setting one gives the kernel its own back.
+    timeouts: dict = field(default_factory=dict)  # {"tcp": seconds before lbctl}
 
     def union(self, other):
         return Ownership(self.services | other.services, self.addresses | other.addresses,
-                         self.files | other.files, self.links | other.links)
+                         self.files | other.files, self.links | other.links,
+                         other.timeouts | self.timeouts)
 
     @classmethod
     def of(cls, state):

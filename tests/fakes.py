@@ -16,13 +16,15 @@ class FakeIpvs:
         self.dests = {}  # DestKey -> [weight, forward, active]
         self.log = []
         self.fail = {}  # (verb, target, key) -> errno
+        self.kernel_timeouts = {"tcp": 900, "tcp_fin": 120, "udp": 300}
 
     def dump(self):
         result = []
         for key, spec in sorted(self.services.items()):
             dests = tuple(IpvsDest(d.address, d.port, w, fwd, active)
                           for d, (w, fwd, active) in sorted(self.dests.items()) if d.service == key)
-            result.append(IpvsService(key, str(key), spec.scheduler, spec.persistence, dests))
+            result.append(IpvsService(key, str(key), spec.scheduler, spec.persistence, dests,
+                                      flags=spec.flags))
         return result
 
     def run(self, ops):
@@ -34,6 +36,13 @@ class FakeIpvs:
             results.append((op, OpResult(op, OSError(code, "fake") if code else None, code)))
         order = {id(op): r for op, r in results}
         return [order[id(op)] for op in ops]
+
+    def timeouts(self):
+        return dict(self.kernel_timeouts)
+
+    def set_timeouts(self, timeouts):
+        self.log.append(("set", "timeouts", str(sorted(timeouts.items()))))
+        self.kernel_timeouts.update(timeouts)
 
     def _apply(self, op):
         if op.target == "service":

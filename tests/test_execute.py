@@ -111,3 +111,54 @@ def test_a_worker_writes_sysctls_files_and_the_boot_link():
     assert node.adapters.files.links
     assert (IPv4Address("192.168.100.10"), 32, "lo") in node.adapters.addresses.entries
     assert node.plan().empty
+
+
+WITH_FLAGS = PI_SINGLE.replace(
+    "protocol: udp, scheduler: rr,",
+    "protocol: udp, scheduler: sh, scheduler_flags: [sh-port], one_packet: true,")
+WITH_TIMEOUTS = "ipvs: {timeouts: {tcp: 600, udp: 20}}\n" + PI_SINGLE
+
+
+def test_scheduler_flags_and_one_packet_are_planned_and_a_change_shows_both_sides():
+    node = Node()
+    node.apply()
+    plan = node.plan(WITH_FLAGS)
+    assert [str(c) for c in plan.changes] == [
+        "~ service udp 192.168.100.11:53 scheduler rr -> scheduler sh flags ops,sh-port"]
+    node.apply(WITH_FLAGS)
+    assert node.plan(WITH_FLAGS).empty
+    # Dropping a flag from the file clears it, and the plan says so.
+    without_port = WITH_FLAGS.replace("scheduler_flags: [sh-port], ", "")
+    assert [str(c) for c in node.plan(without_port).changes] == [
+        "~ service udp 192.168.100.11:53 scheduler sh flags ops,sh-port"
+        " -> scheduler sh flags ops"]
+
+
+def test_declared_ipvs_timeouts_are_set_and_undeclared_ones_left_alone():
+    node = Node()
+    node.adapters.ipvs.kernel_timeouts["tcp_fin"] = 45  # set by hand: not the file's
+    node.apply()
+    assert node.adapters.ipvs.timeouts() == {"tcp": 900, "tcp_fin": 45, "udp": 300}
+    plan = node.plan(WITH_TIMEOUTS)
+    assert [str(c) for c in plan.changes] == ["~ ipvs timeout tcp = 600s (now 900s)",
+                                              "~ ipvs timeout udp = 20s (now 300s)"]
+    node.apply(WITH_TIMEOUTS)
+    assert node.adapters.ipvs.timeouts() == {"tcp": 600, "tcp_fin": 45, "udp": 20}
+    assert node.plan(WITH_TIMEOUTS).empty
+
+
+def test_a_timeout_the_file_drops_goes_back_to_the_kernels_value_from_before():
+    node = Node()
+    node.adapters.ipvs.kernel_timeouts["udp"] = 120  # what this host had before lbctl
+    node.apply(WITH_TIMEOUTS)
+    # Someone changes udp after lbctl did; the file then stops setting it.
+    node.apply(WITH_TIMEOUTS.replace(", udp: 20", ""))
+    assert node.adapters.ipvs.timeouts() == {"tcp": 600, "tcp_fin": 120, "udp": 120}
+    assert node.plan(WITH_TIMEOUTS.replace(", udp: 20", "")).empty
+    # With udp forgotten by the record, a later change by hand stays.
+    node.adapters.ipvs.kernel_timeouts["udp"] = 77
+    assert [str(c) for c in node.plan(PI_SINGLE).changes] == [
+        "~ ipvs timeout tcp = 900s, as before lbctl set it (now 600s)"]
+    node.apply(PI_SINGLE)
+    assert node.adapters.ipvs.timeouts() == {"tcp": 900, "tcp_fin": 120, "udp": 77}
+    assert node.plan(PI_SINGLE).empty

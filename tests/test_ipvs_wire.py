@@ -43,8 +43,41 @@ def test_add_service_carries_key_scheduler_flags_timeout_and_netmask():
 def test_set_service_without_persistence_clears_the_flag():
     s = svc(parse(ipvs_wire.op_message(42, 1, IpvsOp("set", "service", DNS, ServiceSpec("rr")))))
     assert s.get_attr("IPVS_SVC_ATTR_PROTOCOL") == 17
-    assert s.get_attr("IPVS_SVC_ATTR_FLAGS") == {"flags": 0, "mask": 0xFFFFFFFF}
+    assert s.get_attr("IPVS_SVC_ATTR_FLAGS") == {"flags": 0, "mask": ipvs_wire.MANAGED_FLAGS}
     assert s.get_attr("IPVS_SVC_ATTR_TIMEOUT") == 0
+
+
+def test_service_writes_change_only_the_flags_lbctl_manages():
+    s = svc(parse(ipvs_wire.op_message(42, 1, IpvsOp("set", "service", DNS, ServiceSpec("rr")))))
+    mask = s.get_attr("IPVS_SVC_ATTR_FLAGS")["mask"]
+    # persistence, one-packet and the three scheduler bits are set or cleared...
+    assert mask & 0x01 and mask & 0x04 and mask & 0x08 and mask & 0x10 and mask & 0x20
+    # ...and the kernel's own HASHED bit, and bits lbctl does not know, are left alone.
+    assert not mask & 0x02 and not mask & ~0x3F
+
+
+def test_service_flags_are_sent_and_read_back_by_name():
+    spec = ServiceSpec("sh", 60, ("ops", "sh-port"))
+    s = svc(parse(ipvs_wire.op_message(42, 1, IpvsOp("add", "service", DNS, spec))))
+    flags = s.get_attr("IPVS_SVC_ATTR_FLAGS")["flags"]
+    assert flags == 0x01 | 0x04 | 0x10  # persistent, IP_VS_SVC_F_ONEPACKET, IP_VS_SVC_F_SCHED2
+    # What a dump reports, HASHED included, comes back as the names the file uses.
+    assert ipvs_wire.flag_names(flags | 0x02, "sh") == ("ops", "sh-port")
+    assert ipvs_wire.flag_names(0x08 | 0x10, "mh") == ("mh-fallback", "mh-port")
+    # Scheduler bits under a scheduler that ignores them have no name.
+    assert ipvs_wire.flag_names(0x08, "wrr") == ()
+
+
+def test_set_config_carries_only_the_declared_timeouts_and_reads_back():
+    msg = parse(ipvs_wire.message(42, 3, ipvs_wire.IPVS_CMD_SET_CONFIG,
+                                  ipvs_wire.config_attrs({"udp": 30, "tcp_fin": 60})))
+    assert msg["cmd"] == 12
+    names = [name for name, _ in msg["attrs"]]
+    assert sorted(names) == ["IPVS_CMD_ATTR_TIMEOUT_TCP_FIN", "IPVS_CMD_ATTR_TIMEOUT_UDP"]
+    # The kernel's GET_CONFIG answer has the same layout, with all three.
+    answer = ipvs_wire.message(42, 4, ipvs_wire.IPVS_CMD_GET_CONFIG, ipvs_wire.config_attrs(
+        {"tcp": 900, "tcp_fin": 60, "udp": 30}))[16:]
+    assert ipvs_wire.parse_config(answer) == {"tcp": 900, "tcp_fin": 60, "udp": 30}
 
 
 @pytest.mark.parametrize("verb,cmd", [("add", 5), ("set", 6)])

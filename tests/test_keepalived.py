@@ -238,6 +238,47 @@ def test_drift_is_named_and_health_decides_who_belongs():
     assert unchecked == ["web/pi2"]
 
 
+def test_drift_names_service_flags_the_kernel_lacks():
+    cluster = cluster_from(PI_SINGLE.replace(
+        "scheduler: wrr}", "scheduler: sh, scheduler_flags: [sh-port, sh-fallback]}"))
+    table = [IpvsService(WEB, str(WEB), "sh", 0, tuple(
+        IpvsDest(IPv4Address(a), 80, w, 3) for a, w in
+        (("192.168.100.3", 1), ("192.168.100.4", 1), ("192.168.100.6", 2))), flags=("sh-port",))]
+    problems, _ = ipvs_drift(cluster, {}, table)
+    assert "service web: flags are sh-port, the file says sh-fallback,sh-port" in problems
+
+
+FLAGS_AND_TIMEOUTS = "ipvs: {timeouts: {tcp: 600, tcp_fin: 60, udp: 20}}\n" + HEALTHY.replace(
+    "protocol: udp, scheduler: rr,",
+    "protocol: udp, scheduler: mh, scheduler_flags: [mh-port, mh-fallback], one_packet: true,"
+).replace("scheduler: wrr,", "scheduler: sh, scheduler_flags: [sh-fallback],")
+
+
+def keepalived_findings(tmp_path, text):
+    """What keepalived 2.2.7's own parser says about the lines lbctl renders."""
+    layout = KeepalivedLayout("pi-web", str(tmp_path))
+    conf = render_keepalived_conf(cluster_from(text), "lb1", "eth0", layout)
+    # The script user may not exist on this host; that finding is not about these lines.
+    return conf, [line for line in KeepalivedProcess(layout).test(conf)
+                  if "script uid/gid" not in line and "default user" not in line]
+
+
+def test_keepalived_knows_the_rendered_flag_and_timeout_keywords(tmp_path):
+    conf, findings = keepalived_findings(tmp_path, FLAGS_AND_TIMEOUTS)
+    assert "    lvs_timeouts tcp 600 tcpfin 60 udp 20\n" in conf
+    # keepalived reads sh-/mh- flags only after lvs_sched names that scheduler.
+    assert "lvs_sched sh\n    sh-fallback\n" in conf
+    assert "lvs_sched mh\n    mh-fallback\n    mh-port\n    ops\n" in conf
+    assert findings == []
+    # The same check sees a keyword keepalived does not know.
+    _, findings = keepalived_findings(tmp_path, FLAGS_AND_TIMEOUTS.replace("tcp_fin: 60, ", ""))
+    assert findings == []
+    bad = conf.replace("    ops\n", "    one-packet\n")
+    layout = KeepalivedLayout("pi-web", str(tmp_path))
+    assert any("Unknown keyword 'one-packet'" in line
+               for line in KeepalivedProcess(layout).test(bad))
+
+
 def run_check(tmp_path, *probe, rise=2, retries=2):
     script = tmp_path / "lbctl-check"
     if not script.exists():

@@ -40,6 +40,15 @@ def test_a_balancer_shows_services_real_servers_connections_and_rates():
     assert "ARP settings" not in text
 
 
+def test_a_balancer_shows_service_flags_and_the_ipvs_timeouts():
+    dns = dict(BALANCER["services"][0], service="udp 192.168.100.11:53", scheduler="sh",
+               flags=["ops", "sh-port"])
+    report = dict(BALANCER, services=[dns], timeouts={"tcp": 600, "tcp_fin": 120, "udp": 20})
+    text = format_status(report)
+    assert "udp 192.168.100.11:53 sh flags ops,sh-port  connections 12" in text
+    assert "IPVS timeouts: tcp 600s  tcp_fin 120s  udp 20s" in text
+
+
 def test_direct_routing_shows_no_outgoing_figures_and_says_why():
     text = format_status(BALANCER)
     assert "out " not in text and "outgoing" in text

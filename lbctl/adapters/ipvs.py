@@ -39,12 +39,24 @@ def _ipvs_family(sock):
 class IpvsNetlink:
     # -- reading -----------------------------------------------------------
     def dump(self):
+        table = self._with_family(lambda sock, family: sock.ipvs_table(family))
+        return [self._service(svc, dests) for svc, dests in table]
+
+    def timeouts(self):
+        """The kernel's IPVS timeouts: {"tcp": s, "tcp_fin": s, "udp": s}."""
+        return self._with_family(lambda sock, family: sock.timeouts(family))
+
+    def set_timeouts(self, timeouts):
+        """Set the named timeouts ({"udp": 60}); the others stay as they are."""
+        self._with_family(lambda sock, family: sock.set_timeouts(family, timeouts))
+
+    @staticmethod
+    def _with_family(call):
         sock = ipvs_wire.GenlSocket()
         try:
-            table = sock.ipvs_table(_ipvs_family(sock))
+            return call(sock, _ipvs_family(sock))
         finally:
             sock.close()
-        return [self._service(svc, dests) for svc, dests in table]
 
     def snapshot(self):
         """Services and sync daemons, or None when the ip_vs module is not loaded.
@@ -59,10 +71,11 @@ class IpvsNetlink:
                 return None
             table = sock.ipvs_table(family)
             daemons = sock.sync_daemons(family)
+            timeouts = sock.timeouts(family)
         finally:
             sock.close()
         return IpvsSnapshot([self._service(svc, dests) for svc, dests in table],
-                            [self._sync_daemon(d) for d in daemons])
+                            [self._sync_daemon(d) for d in daemons], timeouts)
 
     @staticmethod
     def _sync_daemon(d):
@@ -78,14 +91,15 @@ class IpvsNetlink:
                                       d["active"], d["inactive"], IpvsStats(**d["stats"]))
                              for d in dests if "addr" in d)
         stats = IpvsStats(**svc["stats"])
+        flags = ipvs_wire.flag_names(svc.get("flags", 0), svc.get("scheduler", ""))
         if svc.get("fwmark") or proto is None or svc.get("af") != socket.AF_INET:
             label = f"fwmark {svc['fwmark']}" if svc.get("fwmark") else \
                 f"proto {svc.get('protocol')} {svc.get('addr')}"
             return IpvsService(None, label, svc.get("scheduler", ""), persistence,
-                               real_servers, stats)
+                               real_servers, stats, flags)
         key = ServiceKey(proto, IPv4Address(svc["addr"]), svc["port"])
         return IpvsService(key, str(key), svc.get("scheduler", ""), persistence,
-                           real_servers, stats)
+                           real_servers, stats, flags)
 
     # -- writing -----------------------------------------------------------
     def run(self, ops):

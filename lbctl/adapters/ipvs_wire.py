@@ -28,7 +28,10 @@ CMD = {("add", "service"): 1, ("set", "service"): 2, ("del", "service"): 3,
        ("add", "dest"): 5, ("set", "dest"): 6, ("del", "dest"): 7}
 IPVS_CMD_GET_SERVICE, IPVS_CMD_GET_DEST = 4, 8
 IPVS_CMD_GET_DAEMON = 11
+IPVS_CMD_SET_CONFIG, IPVS_CMD_GET_CONFIG = 12, 13
 IPVS_CMD_ATTR_SERVICE, IPVS_CMD_ATTR_DEST, IPVS_CMD_ATTR_DAEMON = 1, 2, 3
+# IPVS_CMD_ATTR_TIMEOUT_*: the connection timeouts ipvsadm --set changes, in seconds.
+TIMEOUT_ATTRS = {"tcp": 4, "tcp_fin": 5, "udp": 6}
 SVC_AF, SVC_PROTOCOL, SVC_ADDR, SVC_PORT, SVC_FWMARK = 1, 2, 3, 4, 5
 SVC_SCHED_NAME, SVC_FLAGS, SVC_TIMEOUT, SVC_NETMASK = 6, 7, 8, 9
 SVC_STATS, SVC_STATS64 = 10, 12
@@ -44,6 +47,17 @@ DAEMON_STATE, DAEMON_MCAST_IFN, DAEMON_SYNC_ID, DAEMON_SYNC_MAXLEN = 1, 2, 3, 4
 DAEMON_MCAST_GROUP, DAEMON_MCAST_GROUP6, DAEMON_MCAST_PORT, DAEMON_MCAST_TTL = 5, 6, 7, 8
 IP_VS_STATE_MASTER, IP_VS_STATE_BACKUP = 1, 2
 IP_VS_SVC_F_PERSISTENT = 0x0001
+IP_VS_SVC_F_ONEPACKET, IP_VS_SVC_F_SCHED1, IP_VS_SVC_F_SCHED2 = 0x0004, 0x0008, 0x0010
+# Service flags by the names keepalived and ipvsadm give them.  The scheduler
+# bits mean something only to their scheduler: SCHED1 is sh's and mh's
+# fallback, SCHED2 their port hashing.
+FLAG_BITS = {"ops": IP_VS_SVC_F_ONEPACKET,
+             "sh-fallback": IP_VS_SVC_F_SCHED1, "sh-port": IP_VS_SVC_F_SCHED2,
+             "mh-fallback": IP_VS_SVC_F_SCHED1, "mh-port": IP_VS_SVC_F_SCHED2}
+# The flags a service write sets or clears: persistence, one-packet and the
+# three scheduler bits.  Bits outside the mask (the kernel's own HASHED, and
+# any a newer kernel defines) stay as they are.
+MANAGED_FLAGS = 0x003D
 PROTOCOLS = {"tcp": socket.IPPROTO_TCP, "udp": socket.IPPROTO_UDP}
 
 _NLMSGHDR = struct.Struct("=IHHII")
@@ -74,11 +88,38 @@ def service_attrs(key, spec=None):
             + nla(SVC_ADDR, key.vip.packed) + nla(SVC_PORT, _be16(key.port)))
     if spec is not None:
         flags = IP_VS_SVC_F_PERSISTENT if spec.persistence else 0
+        for name in spec.flags:
+            flags |= FLAG_BITS[name]
         body += (nla(SVC_SCHED_NAME, spec.scheduler.encode() + b"\0")
-                 + nla(SVC_FLAGS, struct.pack("=II", flags, 0xFFFFFFFF))
+                 + nla(SVC_FLAGS, struct.pack("=II", flags, MANAGED_FLAGS))
                  + nla(SVC_TIMEOUT, _u32(spec.persistence))
                  + nla(SVC_NETMASK, b"\xff\xff\xff\xff"))
     return nla(IPVS_CMD_ATTR_SERVICE, body)
+
+
+def flag_names(flags, scheduler):
+    """The sorted names of a dumped service's flags, as FLAG_BITS gives them.
+
+    Scheduler bits are named after the service's scheduler; under any other
+    scheduler they have no name here and are not reported.
+    """
+    names = ["ops"] if flags & IP_VS_SVC_F_ONEPACKET else []
+    names += [name for name, bit in FLAG_BITS.items()
+              if name.startswith(f"{scheduler}-") and flags & bit]
+    return tuple(sorted(names))
+
+
+def config_attrs(timeouts):
+    """SET_CONFIG attributes for the given timeouts only: the kernel keeps the rest."""
+    return b"".join(nla(TIMEOUT_ATTRS[name], _u32(seconds))
+                    for name, seconds in sorted(timeouts.items()))
+
+
+def parse_config(payload):
+    """GET_CONFIG's answer as {"tcp": s, "tcp_fin": s, "udp": s}."""
+    names = {kind: name for name, kind in TIMEOUT_ATTRS.items()}
+    return {names[kind]: _uint(value) for kind, value in iter_attrs(payload[_GENLHDR.size:])
+            if kind in names}
 
 
 def dest_attrs(key, spec=None):
@@ -289,6 +330,20 @@ class GenlSocket:
         self.seq += 1
         self.sock.send(message(family, self.seq, cmd, attrs, flags=NLM_F_REQUEST | NLM_F_DUMP))
         return list(self._answers("IPVS dump"))
+
+    def ask(self, family, cmd, attrs=b""):
+        """The answers to one request that is not a dump, up to its ack."""
+        self.seq += 1
+        self.sock.send(message(family, self.seq, cmd, attrs))
+        return list(self._answers("IPVS request"))
+
+    def timeouts(self, family):
+        for payload in self.ask(family, IPVS_CMD_GET_CONFIG):
+            return parse_config(payload)
+        raise OSError(errno.ENODATA, "IPVS sent no timeouts")
+
+    def set_timeouts(self, family, timeouts):
+        self.ask(family, IPVS_CMD_SET_CONFIG, config_attrs(timeouts))
 
     def ipvs_table(self, family):
         """Every IPVS service with its real servers: [(service dict, [dest dicts])]."""

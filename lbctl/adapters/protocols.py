@@ -40,6 +40,7 @@ class IpvsService:
     persistence: int
     dests: tuple = ()
     stats: IpvsStats = IpvsStats()
+    flags: tuple = ()  # sorted names: "ops", "sh-port", ... (see ipvs_wire.FLAG_BITS)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class IpvsSnapshot:
 
     services: list
     sync_daemons: list
+    timeouts: dict = None  # {"tcp": s, "tcp_fin": s, "udp": s}, as Ipvs.timeouts()
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class Ipvs(Protocol):
     def dump(self) -> list: ...  # [IpvsService]
 
     def run(self, ops: list) -> list: ...  # [OpResult], one per op, same order
+
+    def timeouts(self) -> dict: ...  # {"tcp": s, "tcp_fin": s, "udp": s}
+
+    def set_timeouts(self, timeouts: dict) -> None: ...  # only the names given change
 
 
 @runtime_checkable

@@ -32,6 +32,21 @@ def _print_report(ctx, report, out):
     out.write(f"{report.writes} write(s).\n")
 
 
+def _timeout_drift(ctx, waited, patience=5.0):
+    """keepalived sets the file's timeouts as its checker process (re)starts,
+    which after a reload signal takes a moment; give it that before naming drift."""
+    import time
+
+    from lbctl.health import timeout_drift
+
+    deadline = time.monotonic() + (patience if waited else 0)
+    while True:
+        drift = timeout_drift(ctx.cluster, ctx.adapters.ipvs.timeouts())
+        if not drift or time.monotonic() >= deadline:
+            return drift
+        time.sleep(0.2)
+
+
 def _check_keepalived_table(ctx, out, waited):
     """After keepalived (re)starts, wait for its IPVS table; then name any drift."""
     from lbctl.errors import ApplyError
@@ -42,6 +57,8 @@ def _check_keepalived_table(ctx, out, waited):
     problems, unchecked, reported = wait_for_ipvs(
         ctx.cluster, layout.real(layout.state_dir), ctx.adapters.ipvs.dump, timeout,
         draining=ctx.desired.draining)
+    if ctx.cluster.ipvs_timeouts:
+        problems += _timeout_drift(ctx, waited)
     for line in describe_health(ctx.cluster, reported):
         out.write(f"  health: {line}\n")
     if unchecked:

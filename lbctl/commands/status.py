@@ -32,6 +32,7 @@ def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_S
     report["ipvs_loaded"] = snapshot is not None
     if snapshot is not None:
         report["services"] = [_service_report(svc) for svc in snapshot.services]
+        report["timeouts"] = snapshot.timeouts or {}
         report["sync"] = {"daemons": [asdict(d) for d in snapshot.sync_daemons],
                           "learned_connections": learned_connections(conn_sync_table)}
     report["vips_on_lo"] = sorted(str(ip) for ip, prefix, ifname in addresses
@@ -64,7 +65,8 @@ def _reported_on(root, cluster, node):
 def _service_report(svc):
     stats = svc.stats
     return {
-        "service": svc.label, "scheduler": svc.scheduler, "persistence": svc.persistence,
+        "service": svc.label, "scheduler": svc.scheduler, "flags": list(svc.flags),
+        "persistence": svc.persistence,
         "connections": svc.stats.conns, "conns_per_s": stats.cps,
         "in_packets": stats.inpkts, "in_bytes": stats.inbytes,
         "in_packets_per_s": stats.inpps, "in_bytes_per_s": stats.inbps,
@@ -177,7 +179,8 @@ def _format_services(services):
     lines = ["IPVS services, incoming " + NO_OUTGOING + ":"]
     for s in services:
         persist = f" persistence {s['persistence']}s" if s["persistence"] else ""
-        lines.append(f"  {s['service']} {s['scheduler']}{persist}  connections {s['connections']}"
+        flags = f" flags {','.join(s['flags'])}" if s.get("flags") else ""
+        lines.append(f"  {s['service']} {s['scheduler']}{flags}{persist}  connections {s['connections']}"
                      f" ({s['conns_per_s']}/s)  in {s['in_packets']} packets"
                      f" ({s['in_packets_per_s']}/s)  {s['in_bytes']} bytes"
                      f" ({s['in_bytes_per_s']} B/s)")
@@ -208,6 +211,9 @@ def format_status(report, now=None):
     lines += _format_keepalived(report.get("keepalived", {}), time.time() if now is None else now)
     if report.get("ipvs_loaded", True):
         lines += _format_services(report["services"])
+        if report.get("timeouts") and report["services"]:
+            lines.append("IPVS timeouts: " + "  ".join(
+                f"{name} {seconds}s" for name, seconds in report["timeouts"].items()))
         if "sync" in report:
             lines += _format_sync(report["sync"])
     elif report.get("clusters") and all(c["role"] == "worker" for c in report["clusters"]):

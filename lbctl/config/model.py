@@ -10,6 +10,12 @@ from ipaddress import IPv4Address, IPv4Network
 SCHEDULERS = ("rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq",
               "fo", "ovf", "mh", "twos")
 PROTOCOLS = ("tcp", "udp")
+# Scheduler flags by scheduler: the kernel's IP_VS_SVC_F_SCHED1/2 bits, which
+# only sh and mh read (keepalived and ipvsadm use the same names).
+SCHEDULER_FLAGS = {"sh": ("sh-fallback", "sh-port"), "mh": ("mh-fallback", "mh-port")}
+# The IPVS timeouts a file may set (ipvsadm --set), as the kernel's defaults:
+# an established TCP connection, one closing, and a UDP flow, in seconds.
+IPVS_TIMEOUTS = {"tcp": 900, "tcp_fin": 120, "udp": 300}
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,15 @@ class VirtualService:
     persistence: int = 0
     real_servers: tuple = ()
     health: HealthCheck | None = None  # None: no checks, every real server is in
+    scheduler_flags: tuple = ()  # names from SCHEDULER_FLAGS[scheduler], sorted
+    # UDP only: schedule every datagram on its own and keep no connection
+    # entry, so a DNS client's queries spread over the workers.
+    one_packet: bool = False
+
+    @property
+    def flags(self):
+        """Every IPVS service flag the file sets, by keepalived's keyword for it."""
+        return tuple(sorted((("ops",) if self.one_packet else ()) + self.scheduler_flags))
 
     @property
     def key(self):
@@ -137,6 +152,9 @@ class Cluster:
     source: str = ""
     text: str = ""  # the file as read, kept by a balancer for its boot unit
     vrrp: Vrrp | None = None  # set whenever keepalived runs the balancers
+    # The IPVS timeouts the file sets ({name in IPVS_TIMEOUTS: seconds}); the
+    # ones it leaves out stay as the kernel has them.
+    ipvs_timeouts: dict = field(default_factory=dict)
 
     @property
     def engine(self):

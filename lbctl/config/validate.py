@@ -11,7 +11,7 @@ import zlib
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
-    HEALTH_KINDS, HEALTH_PROFILES, PROTOCOLS, SCHEDULERS, Balancer, Cluster, HealthCheck,
+    HEALTH_KINDS, HEALTH_PROFILES, IPVS_TIMEOUTS, PROTOCOLS, SCHEDULER_FLAGS, SCHEDULERS, Balancer, Cluster, HealthCheck,
     RealServer, VirtualService, Vrrp, Worker,
 )
 from lbctl.errors import ConfigError
@@ -19,10 +19,14 @@ from lbctl.errors import ConfigError
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
 
-TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp"}
+TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp", "ipvs"}
+IPVS_KEYS = {"timeouts"}
+# keepalived's limit for lvs_timeouts (LVS_MAX_TIMEOUT): 31 days.
+MAX_IPVS_TIMEOUT = 86400 * 31
 BALANCER_KEYS = {"address", "interface", "priority"}
 WORKER_KEYS = {"address", "weight"}
-SERVICE_KEYS = {"vip", "port", "protocol", "scheduler", "persistence", "workers", "health"}
+SERVICE_KEYS = {"vip", "port", "protocol", "scheduler", "persistence", "workers", "health",
+                "scheduler_flags", "one_packet"}
 VRRP_KEYS = {"router_id", "advert_interval", "preempt", "unicast"}
 HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise", "profile"}
 KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": {"payload", "reply"},
@@ -170,11 +174,32 @@ def validate(doc):
     services = _services(c, top["services"], workers) if "services" in top else {}
     _cross_checks(c, balancers, workers, services, network)
     vrrp = _vrrp(c, top, cluster_name, balancers, services)
+    timeouts = _ipvs_timeouts(c, top["ipvs"]) if "ipvs" in top else {}
     if c.errors:
         raise ConfigError(c.errors)
     return Cluster(name=cluster_name, network=network, balancers=balancers,
                    workers=workers, services=services, source=doc.path, text=doc.text,
-                   vrrp=vrrp)
+                   vrrp=vrrp, ipvs_timeouts=timeouts)
+
+
+def _ipvs_timeouts(c, value):
+    """{name: whole seconds} of the timeouts under `ipvs: timeouts:`."""
+    if c.mapping(value, ("ipvs",), IPVS_KEYS) is None or "timeouts" not in value:
+        return {}
+    p = ("ipvs", "timeouts")
+    spec = c.mapping(value["timeouts"], p, set(IPVS_TIMEOUTS))
+    found = {}
+    for name in IPVS_TIMEOUTS:
+        if spec is None or name not in spec:
+            continue
+        seconds = c.duration(spec[name], p + (name,), 1, MAX_IPVS_TIMEOUT)
+        if seconds is not None and seconds != int(seconds):
+            c.error(p + (name,), f"{c.where(p + (name,))}: {spec[name]!r} is not a whole "
+                    "number of seconds; IPVS counts its timeouts in seconds")
+            seconds = None
+        if seconds is not None:
+            found[name] = int(seconds)
+    return found
 
 
 def _balancers(c, value):
@@ -275,16 +300,50 @@ def _services(c, value, workers):
                                 "persistence (seconds)")
         real_servers = _real_servers(c, spec.get("workers"), p + ("workers",), workers)
         health, health_ok = _health(c, spec.get("health", "none"), p + ("health",), protocol)
+        flags = _scheduler_flags(c, spec.get("scheduler_flags", []), p + ("scheduler_flags",),
+                                 scheduler)
+        one_packet = c.boolean(spec.get("one_packet", False), p + ("one_packet",))
+        if one_packet and protocol == "tcp":
+            c.error(p + ("one_packet",), f"services.{name}.one_packet: one-packet scheduling "
+                    "is for UDP services; a TCP connection's packets must all reach the same "
+                    "worker")
+            one_packet = None
         if real_servers and not any(rs.weight for rs in real_servers):
             c.error(p + ("workers",), f"services.{name}: every worker of the service has weight "
                     "0, so it would take no traffic; give a worker a weight above 0, or remove "
                     "the service (removing a worker from it drains that worker)", key=True)
             real_servers = None
-        if None in (vip, port, protocol, scheduler, persistence, real_servers) or not health_ok:
+        if None in (vip, port, protocol, scheduler, persistence, real_servers, flags,
+                    one_packet) or not health_ok:
             continue
         result[name] = VirtualService(name, vip, port, protocol, scheduler, persistence,
-                                      real_servers, health)
+                                      real_servers, health, flags, one_packet)
     return result
+
+
+def _scheduler_flags(c, value, path, scheduler):
+    """The sorted scheduler flag names, or None when one is wrong."""
+    if value == []:
+        return ()
+    known = SCHEDULER_FLAGS.get(scheduler, ())
+    if not isinstance(value, list):
+        c.error(path, f"{c.where(path)}: expected a list of flag names, found {_kind(value)}")
+        return None
+    if scheduler is not None and not known:
+        c.error(path, f"{c.where(path)}: scheduler {scheduler} takes no flags; only sh "
+                f"({', '.join(SCHEDULER_FLAGS['sh'])}) and mh "
+                f"({', '.join(SCHEDULER_FLAGS['mh'])}) do")
+        return None
+    ok = True
+    for i, flag in enumerate(value):
+        if flag not in known:
+            c.error(path + (i,), f"{c.where(path)}[{i}]: unknown flag {flag!r} for scheduler "
+                    f"{scheduler}; known: {', '.join(known)}")
+            ok = False
+    if ok and len(set(value)) != len(value):
+        c.error(path, f"{c.where(path)}: a flag is listed twice")
+        ok = False
+    return tuple(sorted(value)) if ok else None
 
 
 def _health(c, value, path, protocol):

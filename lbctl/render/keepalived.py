@@ -72,6 +72,7 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=()):
                   peer=peers[0] if peers else None, vrrp=cluster.vrrp, vips=cluster.vips,
                   preempt_delay=f"{cluster.health_settle_seconds + 1:g}",
                   services=list(cluster.services.values()), leaving=leaving,
+                  timeouts=cluster.ipvs_timeouts,
                   script_user=SCRIPT_USER,
                   notify=layout.real(layout.notify), check=layout.real(layout.check),
                   state_dir=layout.real(layout.state_dir))
