@@ -130,6 +130,13 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     else:
         state.addresses = vips  # nothing to fail over to: lbctl holds them itself
     state.external |= {svc.key for svc in cluster.services.values()}
+    for svc in cluster.services.values():
+        state.start_services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
+        for rs in svc.real_servers:
+            # alpha and inhibit_on_failure: a checked server starts at weight 0
+            # and gets its weight once a check passes.
+            weight = 0 if svc.health else rs.weight
+            state.start_dests[DestKey(svc.key, rs.address, svc.port)] = DestSpec(weight)
     return state
 
 

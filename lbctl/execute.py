@@ -44,6 +44,8 @@ def execute(plan, adapters):
 
     daemon = [c for c in adds if c.kind == "keepalived"]
     _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS + ("keepalived",)], report)
+    handover = [c for c in adds if c.handover]
+    _apply_ipvs(adapters, [_ipvs_op(c) for c in handover], handover, report)
     reloaded = 0  # how many of report.done systemd has seen
     if daemon:
         # systemd must know a new or changed unit before it can start it.
@@ -55,7 +57,7 @@ def execute(plan, adapters):
     report.done += [c for c in by_keepalived if c.action == REMOVE]
     report.pending += [c for c in by_keepalived if c.action == DRAIN]
     removes = [c for c in removes if c not in by_keepalived]
-    ipvs_adds = [c for c in adds if c.kind in IPVS_KINDS]
+    ipvs_adds = [c for c in adds if c.kind in IPVS_KINDS and not c.handover]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_adds], ipvs_adds, report)
 
     drains = [c for c in removes if c.action == DRAIN]

@@ -26,6 +26,9 @@ class Change:
     # Who carries a real-server change out: lbctl over netlink, or keepalived
     # when it reloads a config that no longer lists (or drains) the server.
     through: str = IPVS
+    # An edit of an IPVS entry keepalived is about to take over: made before
+    # keepalived starts (see NodeState.start_services).
+    handover: bool = False
 
     def __str__(self):
         text = f"{SYMBOLS[self.action]} {self.kind} {self.key}"
@@ -87,6 +90,9 @@ def make_plan(desired, observed, owned, force=False):
             adds.append(Change(ADD, "link", path, target, observed.links.get(path),
                                f" -> {target}"))
 
+    starting = desired.daemon is not None and observed.daemon is None
+    if starting:
+        adds += _handover(desired, observed)
     adds += _daemon_start_or_reload(desired, observed, adds)
     timeout_changes, restores, originals = _timeouts(desired, observed, owned)
     adds += timeout_changes
@@ -114,8 +120,10 @@ def make_plan(desired, observed, owned, force=False):
         if key in desired.dests or key.service not in ours or key.service in leaving_services:
             continue
         removes.append(_dest_removal(key, spec, force))
+    # keepalived drops a leaving real server when it reloads a config without
+    # it; a keepalived that is only starting never touches it, so lbctl does.
     for key, spec in sorted(desired.leaving.items()):
-        removes.append(_dest_removal(key, spec, force, through=KEEPALIVED))
+        removes.append(_dest_removal(key, spec, force, through=IPVS if starting else KEEPALIVED))
     for key in sorted(leaving_services):
         removes.append(Change(REMOVE, "service", key, old=observed.services[key]))
     for addr in sorted(observed.addresses & owned.addresses - desired.addresses - external):
@@ -137,6 +145,24 @@ def make_plan(desired, observed, owned, force=False):
     plan.owned_after.timeouts = {name: value for name, value in plan.owned_before.timeouts.items()
                                  if name in desired.timeouts or desired.daemon is not None}
     return plan
+
+
+def _handover(desired, observed):
+    """Edits that make what the kernel already holds of keepalived's table
+    match what keepalived would create; entries it lacks keepalived adds."""
+    changes = []
+    for key, spec in sorted(desired.start_services.items()):
+        old = observed.services.get(key)
+        if old is not None and old != spec:
+            changes.append(Change(CHANGE, "service", key, spec, old, handover=True,
+                                  note=f"{_service_note(old)} ->{_service_note(spec)}"))
+    for key, spec in sorted(desired.start_dests.items()):
+        old = observed.dests.get(key)
+        if old is not None and not old.same_config(spec):
+            why = " (keepalived brings it in once its checks pass)" if spec.weight == 0 else ""
+            changes.append(Change(CHANGE, "real server", key, spec, old, handover=True,
+                                  note=f" weight {old.weight} -> {spec.weight}{why}"))
+    return changes
 
 
 def _timeouts(desired, observed, owned):

@@ -90,6 +90,12 @@ class NodeState:
     # daemon's config at weight 0 until their connections end.
     leaving: dict = field(default_factory=dict)  # {DestKey: DestSpec}
     draining: set = field(default_factory=set)  # {DestKey}
+    # keepalived engine: the IPVS table keepalived builds when it starts.  It
+    # adds each entry and takes "already exists" as done, so an entry the
+    # kernel still holds (from the netlink engine, or a keepalived that died)
+    # keeps its old scheduler and weight: lbctl edits those to this first.
+    start_services: dict = field(default_factory=dict)  # {ServiceKey: ServiceSpec}
+    start_dests: dict = field(default_factory=dict)  # {DestKey: DestSpec}
     # IPVS timeouts in seconds ({"tcp": 900, ...}): desired, the ones lbctl
     # sets itself; observed, the kernel's.
     timeouts: dict = field(default_factory=dict)

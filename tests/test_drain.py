@@ -9,7 +9,7 @@ from lbctl.desired import desired_state, leaving_real_servers
 from lbctl.health import Reported, ipvs_drift
 from lbctl.plan import DRAIN, DRAINING, KEEPALIVED, REMOVE, make_plan
 from lbctl.render.keepalived import KeepalivedLayout
-from lbctl.state import DestSpec, NodeState, Ownership
+from lbctl.state import DaemonSpec, DestSpec, NodeState, Ownership, ServiceSpec
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
 DNS = ServiceKey("udp", IPv4Address("192.168.100.11"), 53)
@@ -33,13 +33,21 @@ def table(pi3=(1, 0, 0), pi2_dns=(1, 0, 0)):
     return [web, dns]
 
 
-def keepalived_plan(ipvs, force=False):
+def keepalived_plan(ipvs, force=False, running=True):
+    """keepalived's new config and the plan, with keepalived already running (a
+    reload) or not yet (a start, over the table the kernel holds)."""
     cluster = cluster_from(PAIR_SMALLER)
     leaving = leaving_real_servers(cluster, ipvs)
     desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name),
                             leaving=leaving, force=force)
-    return desired, make_plan(desired, NodeState("balancer", "lb1", "pi-web"), Ownership(),
-                              force=force)
+    observed = NodeState("balancer", "lb1", "pi-web")
+    observed.daemon = DaemonSpec("keepalived", "") if running else None
+    for svc in ipvs:
+        observed.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
+        for d in svc.dests:
+            observed.dests[DestKey(svc.key, d.address, d.port)] = DestSpec(
+                d.weight, d.forward, d.active, d.inactive)
+    return desired, make_plan(desired, observed, Ownership(), force=force)
 
 
 def conf_of(desired):

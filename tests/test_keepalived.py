@@ -10,8 +10,8 @@ from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeKeepalived, FakeSysctl
 from helpers import PI_SINGLE, cluster_from
 from lbctl.adapters.keepalived import KeepalivedProcess
 from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
-from lbctl.config.model import ServiceKey
-from lbctl.desired import desired_state
+from lbctl.config.model import DestKey, ServiceKey
+from lbctl.desired import desired_state, leaving_real_servers
 from lbctl.errors import ApplyError
 from lbctl.execute import execute
 from lbctl.health import Reported, ipvs_drift
@@ -100,7 +100,9 @@ class Balancer:
 
     def plan(self, text):
         cluster = cluster_from(text)
-        desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name))
+        leaving = leaving_real_servers(cluster, self.adapters.ipvs.dump())
+        desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name),
+                                leaving=leaving)
         owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
         observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
         return make_plan(desired, observed, owned)
@@ -199,6 +201,47 @@ def test_moving_to_keepalived_hands_over_vips_and_services_without_removing_them
     # lbctl no longer records them as its own: they are keepalived's now.
     owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
     assert not owned.services and not owned.addresses
+
+
+def test_keepalived_starts_over_the_table_it_finds_made_to_match_its_config():
+    # keepalived adds each service and real server and takes "already exists"
+    # as done: what the netlink engine left must be edited first, or the web
+    # service keeps scheduler wrr and a checked worker its weight even while
+    # its checks fail.
+    node = Balancer()
+    node.apply(PI_SINGLE.replace("weight: 2", "weight: 5"))
+    node.adapters.ipvs.dests[DestKey(WEB, IPv4Address("192.168.100.9"), 80)] = [1, 3, 0]
+    text = HEALTHY.replace("scheduler: wrr,", "scheduler: sh, scheduler_flags: [sh-port],")
+    plan = node.plan(text)
+    shown = format_plan(plan).splitlines()
+    start = shown.index("  + keepalived start")
+    assert shown[:start][-4:] == [
+        f"  ~ service {WEB} scheduler wrr -> scheduler sh flags sh-port",
+        f"  ~ real server {WEB} -> 192.168.100.3:80 weight 1 -> 0 "
+        "(keepalived brings it in once its checks pass)",
+        f"  ~ real server {WEB} -> 192.168.100.4:80 weight 1 -> 0 "
+        "(keepalived brings it in once its checks pass)",
+        f"  ~ real server {WEB} -> 192.168.100.6:80 weight 5 -> 0 "
+        "(keepalived brings it in once its checks pass)"]
+    # A real server the file does not list is not in keepalived's config:
+    # lbctl takes it out, as it would under its own engine.
+    assert f"  - real server {WEB} -> 192.168.100.9:80 (idle: weight 0, then delete)" in shown
+
+    at_start = {}
+    node.keepalived.start = lambda: at_start.update(table=node.adapters.ipvs.dump())
+    execute(plan, node.adapters)
+    (web,) = [s for s in at_start["table"] if s.key == WEB]
+    assert (web.scheduler, web.flags) == ("sh", ("sh-port",))
+    assert {(str(d.address), d.weight) for d in web.dests} == {
+        ("192.168.100.3", 0), ("192.168.100.4", 0), ("192.168.100.6", 0), ("192.168.100.9", 1)}
+    # The dns service has no checks: keepalived keeps its real servers in at
+    # their weights, as the kernel already has them.
+    dns = ServiceKey("udp", IPv4Address("192.168.100.11"), 53)
+    (dns_service,) = [s for s in at_start["table"] if s.key == dns]
+    assert {d.weight for d in dns_service.dests} == {1}
+    assert WEB in {s.key for s in node.adapters.ipvs.dump()}
+    assert (DestKey(WEB, IPv4Address("192.168.100.9"), 80)
+            not in node.adapters.ipvs.dests)
 
 
 def test_leaving_keepalived_stops_it_first_and_plans_again():

@@ -1,16 +1,13 @@
-"""Services a health check can find live, dead or silent, and an exec check to run.
+"""Services a health check can find live, dead or silent.
 
     probe_target tcp PORT          accepts and closes every connection (live)
     probe_target tcp-silent PORT   listens with a full accept queue: SYNs go
                                    unanswered, as behind a firewall DROP
     probe_target udp-silent PORT   reads every datagram and never replies
-    probe_target check             an exec health check: connects to
-                                   $LBCTL_ADDRESS:$LBCTL_PORT over TCP (1 s)
 
 The lab runs the servers inside a worker's own network namespace.
 """
 
-import os
 import socket
 import sys
 import time
@@ -47,19 +44,8 @@ def serve_udp_silent(port):
         sock.recvfrom(2048)
 
 
-def check():
-    with socket.create_connection((os.environ["LBCTL_ADDRESS"], int(os.environ["LBCTL_PORT"])),
-                                  timeout=1):
-        return 0
-
-
 def main(argv):
     kind = argv[0]
-    if kind == "check":
-        try:
-            return check()
-        except OSError:
-            return 1
     {"tcp": serve_tcp, "tcp-silent": serve_tcp_silent,
      "udp-silent": serve_udp_silent}[kind](int(argv[1]))
     return 0
