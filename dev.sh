@@ -16,6 +16,7 @@ APT_PACKAGES=(
   python3 python3-venv python3-pip      # lbctl itself
   iproute2 kmod procps ipvsadm          # the kernel side lbctl drives, and checks on it
   keepalived passwd                     # health checks and failover pairs (passwd: useradd)
+  systemd                               # systemd-analyze checks the units lbctl writes
   curl apache2-utils arping tcpdump     # lab clients and captures
   busybox-static                        # lab web servers, and the lab VM's initramfs
   qemu-system-x86 cpio                  # the lab VM where the kernel has no IPVS

@@ -122,13 +122,15 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
     for path, name in scripts.items():
         state.files[path] = FileSpec(script_text(name), 0o755)
-    _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls))
-    state.daemon = DaemonSpec("keepalived", layout.conf, frozenset([layout.conf, *scripts]))
     vips = {Address(vip, interface) for vip in cluster.vips}
     if len(cluster.balancers) > 1:
         state.external = vips  # VRRP moves them between the pair
     else:
         state.addresses = vips  # nothing to fail over to: lbctl holds them itself
+    # A single balancer's unit puts its VIPs back at boot; a pair's come from VRRP.
+    boot_vips = [] if len(cluster.balancers) > 1 else sorted(vips)
+    _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips))
+    state.daemon = DaemonSpec("keepalived", layout.conf, frozenset([layout.conf, *scripts]))
     state.external |= {svc.key for svc in cluster.services.values()}
     for svc in cluster.services.values():
         state.start_services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)

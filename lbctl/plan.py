@@ -91,11 +91,11 @@ def make_plan(desired, observed, owned, force=False):
                                f" -> {target}"))
 
     starting = desired.daemon is not None and observed.daemon is None
+    timeout_changes, restores, originals = _timeouts(desired, observed, owned, starting)
+    adds += timeout_changes
     if starting:
         adds += _handover(desired, observed)
     adds += _daemon_start_or_reload(desired, observed, adds)
-    timeout_changes, restores, originals = _timeouts(desired, observed, owned)
-    adds += timeout_changes
 
     for key, spec in sorted(desired.services.items()):
         old = observed.services.get(key)
@@ -142,8 +142,9 @@ def make_plan(desired, observed, owned, force=False):
     plan.owned_before.timeouts = owned.timeouts | originals
     # Draining real servers keep their service owned; they are inside it.
     plan.owned_after = desired_owned
+    # Under keepalived none are lbctl's: keepalived restores its own on stop.
     plan.owned_after.timeouts = {name: value for name, value in plan.owned_before.timeouts.items()
-                                 if name in desired.timeouts or desired.daemon is not None}
+                                 if name in desired.timeouts}
     return plan
 
 
@@ -165,18 +166,23 @@ def _handover(desired, observed):
     return changes
 
 
-def _timeouts(desired, observed, owned):
+def _timeouts(desired, observed, owned, starting=False):
     """(changes, restores, originals) for the IPVS timeouts lbctl sets itself.
 
     The file's timeouts are set; one lbctl set before that the file no longer
     names goes back to the kernel's value from before (`owned.timeouts`).
-    Under keepalived, its lvs_timeouts does both, so there is nothing to do.
+    Under keepalived, its lvs_timeouts does both.  keepalived remembers the
+    values it finds when it first sets them and puts those back when it stops,
+    so before it starts, lbctl puts back the kernel's own.
     `originals` are the kernel's values of timeouts lbctl is about to set for
     the first time, for the ownership record.
     """
     if desired.daemon is not None:
-        return [], [], {}
-    changes, restores, originals = [], [], {}
+        if not starting:
+            return [], [], {}
+        return [_restore(name, before, observed) for name, before in sorted(owned.timeouts.items())
+                if observed.timeouts.get(name) not in (None, before)], [], {}
+    changes, originals = [], {}
     for name, value in sorted(desired.timeouts.items()):
         now = observed.timeouts.get(name)
         if name not in owned.timeouts and now is not None:
@@ -184,12 +190,16 @@ def _timeouts(desired, observed, owned):
         if now != value:
             changes.append(Change(CHANGE, "ipvs timeout", name, value, now,
                                   f" = {value}s (now {_seconds_or_unset(now)})"))
-    for name, before in sorted(owned.timeouts.items()):
-        now = observed.timeouts.get(name)
-        if name not in desired.timeouts and now is not None and now != before:
-            restores.append(Change(CHANGE, "ipvs timeout", name, before, now,
-                                   f" = {before}s, as before lbctl set it (now {now}s)"))
+    restores = [_restore(name, before, observed) for name, before in sorted(owned.timeouts.items())
+                if name not in desired.timeouts
+                and observed.timeouts.get(name) not in (None, before)]
     return changes, restores, originals
+
+
+def _restore(name, before, observed):
+    now = observed.timeouts.get(name)
+    return Change(CHANGE, "ipvs timeout", name, before, now,
+                  f" = {before}s, as before lbctl set it (now {now}s)")
 
 
 def _seconds_or_unset(value):

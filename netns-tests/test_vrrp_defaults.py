@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from clusters import PAIR, WEB_VIP, edited
+from clusters import DNS_VIP, PAIR, WEB_VIP, edited
 from test_keepalived import ALL_WEB, ipvs_web_serving
 
 # Opens connections to the VIP and sends the first line of a request on each,
@@ -102,3 +102,29 @@ def test_one_balancer_with_health_checks_sends_no_vrrp_adverts(lab):
     assert {a.removeprefix("served by ") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}
     status = lab.lbctl("lb1", "status").stdout
     assert "MASTER" not in status and "BACKUP" not in status
+
+
+def test_one_balancer_with_checks_gets_its_vips_back_from_its_unit_at_boot(lab):
+    import os
+
+    from lbctl.render.systemd import exec_start_lines
+
+    spec = edited(services=lambda s: {**s, "web": {**s["web"], "health": {
+        "http": {"path": "/index.html"}, "interval": "1s", "timeout": "500ms", "rise": 1}}})
+    lab.reset()
+    lab.reset(spec, "single-with-checks")
+    lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ALL_WEB, what="every web worker in")
+    unit = os.path.join(lab.nodes["lb1"].root, "etc/systemd/system/lbctl-lab-keepalived.service")
+    with open(unit) as fh:
+        pre = exec_start_lines(fh.read(), "ExecStartPre")
+    # The reboot, as far as the VIPs go: nothing holds them until the unit runs.
+    for vip in (WEB_VIP, DNS_VIP):
+        lab.sh("lb1", ["ip", "address", "del", f"{vip}/32", "dev", "eth0"])
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.ask_web(1) == ["failed"]
+    for argv in pre:
+        if argv[0].endswith("/ip"):
+            lab.sh("lb1", argv)
+    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
+    assert {a.removeprefix("served by ") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}
+    lab.reset()

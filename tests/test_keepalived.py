@@ -11,14 +11,17 @@ from helpers import PI_SINGLE, cluster_from
 from lbctl.adapters.keepalived import KeepalivedProcess
 from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.desired import desired_state, leaving_real_servers
+from lbctl.desired import BootApply, desired_state, leaving_real_servers
 from lbctl.errors import ApplyError
 from lbctl.execute import execute
 from lbctl.health import Reported, ipvs_drift
 from lbctl.observe import observe
 from lbctl.ownership import read_ownership
 from lbctl.plan import format_plan, make_plan
-from lbctl.render.keepalived import KeepalivedLayout, render_keepalived_conf, script_text
+from lbctl.render.systemd import exec_start_lines
+from lbctl.render.keepalived import (
+    SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
+)
 
 PAIR = PI_SINGLE.replace(
     "  lb1: {address: 192.168.100.2, interface: eth0}\n",
@@ -244,6 +247,58 @@ def test_keepalived_starts_over_the_table_it_finds_made_to_match_its_config():
             not in node.adapters.ipvs.dests)
 
 
+def test_before_keepalived_starts_the_kernel_gets_back_the_timeouts_lbctl_found():
+    # keepalived saves the timeouts it finds when it first sets its own and
+    # puts them back when it stops: they must be the kernel's, not lbctl's.
+    node = Balancer()
+    node.adapters.ipvs.kernel_timeouts["tcp"] = 700  # this host's own, before lbctl
+    node.apply("ipvs: {timeouts: {tcp: 600}}\n" + PI_SINGLE)
+    assert node.adapters.ipvs.timeouts()["tcp"] == 600
+    plan = node.plan("ipvs: {timeouts: {tcp: 500}}\n" + HEALTHY)
+    shown = [str(c) for c in plan.changes]
+    assert shown.index("~ ipvs timeout tcp = 700s, as before lbctl set it (now 600s)") \
+        < shown.index("+ keepalived start")
+    execute(plan, node.adapters)
+    assert node.adapters.ipvs.timeouts()["tcp"] == 700  # keepalived's lvs_timeouts sets 500
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
+    assert owned.timeouts == {}
+
+
+def units_of(text, node="lb1"):
+    cluster = cluster_from(text)
+    state = desired_state(cluster, node, "eth0", layout=KeepalivedLayout(cluster.name),
+                          boot=BootApply(text, "/usr/bin/python3"))
+    return {path: spec.content for path, spec in state.files.items()
+            if path.endswith(".service")}
+
+
+def test_a_single_balancers_unit_puts_its_vips_back_at_boot_and_a_pairs_does_not():
+    (single,) = units_of(HEALTHY).values()
+    pre = exec_start_lines(single, "ExecStartPre")
+    # Without them a rebooted single balancer has checks and a table but
+    # nobody answering ARP for the VIPs until someone runs apply.
+    assert pre[-2:] == [
+        ["/usr/sbin/ip", "-4", "address", "replace", "192.168.100.10/32", "dev", "eth0"],
+        ["/usr/sbin/ip", "-4", "address", "replace", "192.168.100.11/32", "dev", "eth0"]]
+    (pair,) = units_of(PAIR).values()
+    assert not [argv for argv in exec_start_lines(pair, "ExecStartPre") if "address" in argv]
+
+
+def test_boot_units_keep_retrying_a_start_that_fails_and_systemd_accepts_them(tmp_path):
+    units = {**units_of(HEALTHY), **units_of(PI_SINGLE)}
+    assert len(units) == 2
+    for path, text in units.items():
+        # A late network card, or a switch that boots after the Pi: the start
+        # fails until the interface has its address; systemd tries again.
+        assert "Restart=on-failure\nRestartSec=5\n" in text
+        assert "StartLimitIntervalSec=0\n" in text
+        unit = tmp_path / os.path.basename(path)
+        unit.write_text(text)
+        found = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)],
+                               capture_output=True, text=True)
+        assert found.returncode == 0 and found.stderr == "", found.stderr
+
+
 def test_leaving_keepalived_stops_it_first_and_plans_again():
     node = Balancer(FakeKeepalived(is_running=True))
     node.apply(PAIR)
@@ -301,9 +356,16 @@ def keepalived_findings(tmp_path, text):
     """What keepalived 2.2.7's own parser says about the lines lbctl renders."""
     layout = KeepalivedLayout("pi-web", str(tmp_path))
     conf = render_keepalived_conf(cluster_from(text), "lb1", "eth0", layout)
-    # The script user may not exist on this host; that finding is not about these lines.
-    return conf, [line for line in KeepalivedProcess(layout).test(conf)
-                  if "script uid/gid" not in line and "default user" not in line]
+    # lbctl's script user may not exist on this host, and keepalived drops
+    # every MISC_CHECK unread without one: run them as nobody, with the scripts
+    # where the config names them.
+    for name in ("lbctl-check", "lbctl-notify"):
+        script = tmp_path / "etc/lbctl/pi-web" / name
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(script_text(name))
+        script.chmod(0o755)
+    conf = conf.replace(f"script_user {SCRIPT_USER}\n", "script_user nobody\n")
+    return conf, KeepalivedProcess(layout).test(conf)
 
 
 def test_keepalived_knows_the_rendered_flag_and_timeout_keywords(tmp_path):
@@ -313,13 +375,24 @@ def test_keepalived_knows_the_rendered_flag_and_timeout_keywords(tmp_path):
     assert "lvs_sched sh\n    sh-fallback\n" in conf
     assert "lvs_sched mh\n    mh-fallback\n    mh-port\n    ops\n" in conf
     assert findings == []
-    # The same check sees a keyword keepalived does not know.
     _, findings = keepalived_findings(tmp_path, FLAGS_AND_TIMEOUTS.replace("tcp_fin: 60, ", ""))
     assert findings == []
+    # The same check sees a keyword keepalived does not know.
     bad = conf.replace("    ops\n", "    one-packet\n")
     layout = KeepalivedLayout("pi-web", str(tmp_path))
     assert any("Unknown keyword 'one-packet'" in line
                for line in KeepalivedProcess(layout).test(bad))
+
+
+def test_keepalived_reads_every_line_of_the_scripted_checks(tmp_path):
+    # The default profile: tcp with rise 2 and exec run through MISC_CHECK.
+    text = PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, health: {tcp: {}}}").replace(
+        "scheduler: rr,", "scheduler: rr, health: {exec: {command: [/bin/true, '53']}},")
+    conf, findings = keepalived_findings(tmp_path, text)
+    assert conf.count("MISC_CHECK {") == 5 and findings == []
+    layout = KeepalivedLayout("pi-web", str(tmp_path))
+    found = KeepalivedProcess(layout).test(conf.replace("misc_timeout", "misc_timeoutx", 1))
+    assert len(found) == 1 and "Unknown keyword 'misc_timeoutx'" in found[0]
 
 
 def run_check(tmp_path, *probe, rise=2, retries=2):

@@ -14,10 +14,13 @@ def main():
     parser.add_argument("--name", required=True)
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--size", type=int, default=0,
+                        help="pad every reply to this many bytes, as a long DNS answer is")
     args = parser.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((args.bind, args.port))
     reply = f"served by {args.name}\n".encode()
+    reply += b"." * max(0, args.size - len(reply))
     while True:
         _, peer = sock.recvfrom(2048)
         sock.sendto(reply, peer)

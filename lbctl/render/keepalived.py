@@ -78,12 +78,15 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=()):
                   state_dir=layout.real(layout.state_dir))
 
 
-def render_keepalived_unit(layout, ipvs_sysctls=None, keepalived="/usr/sbin/keepalived"):
-    """The unit; `ipvs_sysctls` are set after ip_vs loads (sysctl.d runs too early)."""
+def render_keepalived_unit(layout, ipvs_sysctls=None, vips=(), keepalived="/usr/sbin/keepalived",
+                           ip="/usr/sbin/ip"):
+    """The unit; `ipvs_sysctls` are set after ip_vs loads (sysctl.d runs too early),
+    and `vips` (Addresses) are the ones a single balancer holds itself."""
     settings = [f"{key}={' '.join(value.split())}" for key, value in (ipvs_sysctls or {}).items()]
     return render("systemd", "lbctl-keepalived.service", cluster=layout.cluster,
                   argv=" ".join(keepalived_argv(layout, keepalived)), settings=settings,
-                  state_dir=layout.real(layout.state_dir), script_user=SCRIPT_USER)
+                  state_dir=layout.real(layout.state_dir), script_user=SCRIPT_USER,
+                  vips=vips, ip=ip)
 
 
 def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):

@@ -20,7 +20,8 @@ def render_balancer_unit(cluster_name, node, config_path, python):
                   config=config_path, python=python)
 
 
-def exec_start_lines(unit_text):
-    """The commands the unit runs, as argument lists, in order."""
+def exec_start_lines(unit_text, key="ExecStart"):
+    """The commands of `key` (ExecStart, ExecStartPre) the unit runs, as argument
+    lists, in order."""
     return [line.partition("=")[2].split() for line in unit_text.splitlines()
-            if line.startswith("ExecStart=")]
+            if line.startswith(f"{key}=")]
