@@ -68,7 +68,9 @@ case "${1:-}" in
   test)
     setup
     .venv/bin/python -m pytest tests -q
-    exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider ;;
+    # The slowest tests are named at the end: the suite has a time budget.
+    exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider \
+      --durations=15 ;;
   *)
     sed -n '2,11p' "$0" >&2
     exit 2 ;;
