@@ -66,6 +66,68 @@ def client_neigh_mac(lab, vip=WEB_VIP):
     return out[out.index("lladdr") + 1] if "lladdr" in out else None
 
 
+def sync_report(lab, node, cluster_file):
+    import json
+
+    result = lab.lbctl(node, "status", str(cluster_file), "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["sync"]
+
+
+def web_connections_held(lab, node):
+    import json
+
+    report = json.loads(lab.lbctl(node, "status", "--json").stdout)
+    return sum(d["active"] for s in report["services"] if s["service"] == f"tcp {WEB_VIP}:80"
+               for d in s["real_servers"])
+
+
+def test_the_backup_shows_connections_it_learned_and_warns_when_sync_multicast_is_filtered(
+        lab, pair):
+    holders = []
+    try:
+        # Filtered first: lb2 must reach an empty learned table on its own, and
+        # only what it learned in earlier tests (at most a FIN_WAIT timeout) expires.
+        # This test comes first in the file, before the pair tests' own traffic,
+        # so there is little left to wait for.
+        lab.block_sync("lb2")
+        started = time.time()
+        lab.wait_for(lambda: sync_report(lab, "lb2", pair)["learned_connections"] == 0,
+                     timeout=300, what="lb2 to hold no connections learned earlier")
+        report("sync test: learned connections expired on lb2", after=f"{time.time() - started:.1f}s")
+        holders.append(lab.hold_connections(WEB_VIP, 80, 8, 180))
+        lab.wait_for(lambda: web_connections_held(lab, "lb1") >= 8, what="lb1 holding 8 connections")
+        time.sleep(3)  # the master daemon sends at least once a second
+        status = lab.lbctl("lb2", "status", str(pair)).stdout
+        assert status.splitlines()[0] == "lbctl status: cluster lab, node lb2 (balancer)", status
+        assert "backup daemon on eth0" in status and "group 224.0.0.81 port 8848" in status, status
+        assert "connections learned from the peer: 0" in status, status
+        assert "WARNING: this balancer is VRRP BACKUP and holds no connections learned" in status
+        assert "224.0.0.81 UDP port 8848 is being filtered between the balancers" in status
+        assert sync_report(lab, "lb2", pair)["warning"]
+
+        lab.block_sync("lb2", blocked=False)
+        holders.append(lab.hold_connections(WEB_VIP, 80, 8, 180))
+        try:
+            lab.wait_for(lambda: sync_report(lab, "lb2", pair)["learned_connections"] >= 8,
+                         what="lb2 to learn the new connections")
+        except LabError:
+            table = lab.sh("lb2", ["cat", "/proc/net/ip_vs_conn_sync"], check=False).stdout
+            raise AssertionError(f"lb2 learned too few connections:\n{table}") from None
+        status = lab.lbctl("lb2", "status", str(pair)).stdout
+        learned = sync_report(lab, "lb2", pair)
+        assert {d["role"] for d in learned["daemons"]} == {"master", "backup"}, learned
+        assert learned["warning"] is None, learned
+        assert "WARNING" not in status, status
+        assert "connections learned from the peer: " in status
+        assert int(status.split("connections learned from the peer: ")[1].split()[0]) >= 8
+    finally:
+        lab.block_sync("lb2", blocked=False)
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+
+
 def test_a_pair_shares_one_table_and_a_reapply_leaves_keepalived_alone(lab, pair):
     assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
     assert ipvs_web_serving(lab) == ALL_WEB
@@ -212,66 +274,6 @@ def test_long_downloads_survive_failover_and_failback(lab, pair):
     report("connection survival", complete_and_byte_exact=f"{len(exact)}/{len(results)}",
            errors=sorted({r["error"] for r in results if r["error"]}))
     assert len(exact) >= 0.99 * len(results)
-
-
-def sync_report(lab, node, cluster_file):
-    import json
-
-    result = lab.lbctl(node, "status", str(cluster_file), "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["sync"]
-
-
-def web_connections_held(lab, node):
-    import json
-
-    report = json.loads(lab.lbctl(node, "status", "--json").stdout)
-    return sum(d["active"] for s in report["services"] if s["service"] == f"tcp {WEB_VIP}:80"
-               for d in s["real_servers"])
-
-
-def test_the_backup_shows_connections_it_learned_and_warns_when_sync_multicast_is_filtered(
-        lab, pair):
-    holders = []
-    try:
-        # Filtered first: lb2 must reach an empty learned table on its own, and
-        # only what it learned in earlier tests (at most a FIN_WAIT timeout) expires.
-        lab.block_sync("lb2")
-        started = time.time()
-        lab.wait_for(lambda: sync_report(lab, "lb2", pair)["learned_connections"] == 0,
-                     timeout=300, what="lb2 to hold no connections learned earlier")
-        report("sync test: learned connections expired on lb2", after=f"{time.time() - started:.1f}s")
-        holders.append(lab.hold_connections(WEB_VIP, 80, 8, 180))
-        lab.wait_for(lambda: web_connections_held(lab, "lb1") >= 8, what="lb1 holding 8 connections")
-        time.sleep(3)  # the master daemon sends at least once a second
-        status = lab.lbctl("lb2", "status", str(pair)).stdout
-        assert status.splitlines()[0] == "lbctl status: cluster lab, node lb2 (balancer)", status
-        assert "backup daemon on eth0" in status and "group 224.0.0.81 port 8848" in status, status
-        assert "connections learned from the peer: 0" in status, status
-        assert "WARNING: this balancer is VRRP BACKUP and holds no connections learned" in status
-        assert "224.0.0.81 UDP port 8848 is being filtered between the balancers" in status
-        assert sync_report(lab, "lb2", pair)["warning"]
-
-        lab.block_sync("lb2", blocked=False)
-        holders.append(lab.hold_connections(WEB_VIP, 80, 8, 180))
-        try:
-            lab.wait_for(lambda: sync_report(lab, "lb2", pair)["learned_connections"] >= 8,
-                         what="lb2 to learn the new connections")
-        except LabError:
-            table = lab.sh("lb2", ["cat", "/proc/net/ip_vs_conn_sync"], check=False).stdout
-            raise AssertionError(f"lb2 learned too few connections:\n{table}") from None
-        status = lab.lbctl("lb2", "status", str(pair)).stdout
-        learned = sync_report(lab, "lb2", pair)
-        assert {d["role"] for d in learned["daemons"]} == {"master", "backup"}, learned
-        assert learned["warning"] is None, learned
-        assert "WARNING" not in status, status
-        assert "connections learned from the peer: " in status
-        assert int(status.split("connections learned from the peer: ")[1].split()[0]) >= 8
-    finally:
-        lab.block_sync("lb2", blocked=False)
-        for holder in holders:
-            holder.kill()
-            holder.wait()
 
 
 def test_a_split_brain_heals_to_one_master_and_one_mac(lab, pair):

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from clusters import DNS_VIP, PAIR, WEB_VIP, edited
 from test_keepalived import ALL_WEB, ipvs_web_serving
 
@@ -86,11 +88,18 @@ def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
     assert result.returncode == 0 and "no changes" in result.stdout, result.stdout
 
 
-def test_one_balancer_with_health_checks_sends_no_vrrp_adverts(lab):
+@pytest.fixture(scope="module")
+def single_with_checks(lab):
+    """One balancer whose web service is health checked, so keepalived runs on it alone."""
     spec = edited(services=lambda s: {**s, "web": {**s["web"], "health": {
         "http": {"path": "/index.html"}, "interval": "1s", "timeout": "500ms", "rise": 1}}})
     lab.reset()  # one balancer (lb2's keepalived stops), then checks on it
     lab.reset(spec, "single-with-checks")
+    yield
+    lab.reset()
+
+
+def test_one_balancer_with_health_checks_sends_no_vrrp_adverts(lab, single_with_checks):
     lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ALL_WEB, what="every web worker in")
     # VRRP is IP protocol 112; listen on the LAN port of lb1 for three seconds.
     dump = lab.sh("lb1", ["timeout", "3", "tcpdump", "-i", "eth0", "-n", "-c", "1",
@@ -104,15 +113,12 @@ def test_one_balancer_with_health_checks_sends_no_vrrp_adverts(lab):
     assert "MASTER" not in status and "BACKUP" not in status
 
 
-def test_one_balancer_with_checks_gets_its_vips_back_from_its_unit_at_boot(lab):
+def test_one_balancer_with_checks_gets_its_vips_back_from_its_unit_at_boot(
+        lab, single_with_checks):
     import os
 
     from lbctl.render.systemd import exec_start_lines
 
-    spec = edited(services=lambda s: {**s, "web": {**s["web"], "health": {
-        "http": {"path": "/index.html"}, "interval": "1s", "timeout": "500ms", "rise": 1}}})
-    lab.reset()
-    lab.reset(spec, "single-with-checks")
     lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ALL_WEB, what="every web worker in")
     unit = os.path.join(lab.nodes["lb1"].root, "etc/systemd/system/lbctl-lab-keepalived.service")
     with open(unit) as fh:
@@ -127,4 +133,3 @@ def test_one_balancer_with_checks_gets_its_vips_back_from_its_unit_at_boot(lab):
             lab.sh("lb1", argv)
     assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
     assert {a.removeprefix("served by ") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}
-    lab.reset()
