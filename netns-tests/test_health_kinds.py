@@ -4,8 +4,8 @@ pi1 runs the service (live), pi2 runs nothing (dead: RST or ICMP port
 unreachable), pi3 is silent (TCP: a listener whose accept queue is full, so
 SYNs go unanswered; UDP: a socket that reads and never replies).  A live and
 a silent UDP worker take traffic; a dead one, and a silent TCP one, do not.
-A UDP check with a required reply takes only the worker that answers, however
-long its answer.
+A UDP check with a required reply takes only the worker that answers in full,
+however long its answer: for it, pi2 answers with the first bytes only.
 """
 
 import sys
@@ -36,15 +36,14 @@ SERVICES = {
     "udps": ("udp", DNS_VIP, 5353, {"udp": {}, "rise": 2, **SCRIPTED}),  # lbctl-check
     "app": ("tcp", WEB_VIP, 8082, {"exec": {"command": CONNECT}, "rise": 1, **SCRIPTED}),
     # keepalived's UDP_CHECK with a payload and a required reply ("who",
-    # "served"), which the live worker answers with 400 bytes: longer than
-    # keepalived's default reply limit.
+    # "served"), which the live worker answers with 400 bytes (longer than
+    # keepalived's default reply limit) and pi2 with 3 ("ser").
     "udpr": ("udp", DNS_VIP, 5355, {"udp": {"payload": "77686f", "reply": "736572766564"},
                                     "rise": 1, **IN_PROCESS}),
 }
-# udpr leaves the dead worker out: its probes would push pi2 past the ICMP rate limit.
 ALL_WORKERS = ["pi1", "pi2", "pi3"]
-WORKERS = {"udpr": ["pi1", "pi3"]}
-LONG_REPLY = {"udpr": 400}
+# Who answers a UDP service, with replies of how many bytes (0: "served by NAME\n").
+REPLY_SIZE = {"udpr": {"pi1": 400, "pi2": 3}}
 SILENT_UDP_IS_UP = {"udpk", "udps"}
 
 
@@ -67,12 +66,15 @@ def targets(lab):
     spawned = []
     for name, (protocol, _, port, _) in SERVICES.items():
         if protocol == "udp":
-            live = [sys.executable, "-m", "lbctl.lab.udp_responder", "--name", "pi1",
-                    "--port", str(port), "--bind", "0.0.0.0",
-                    "--size", str(LONG_REPLY.get(name, 0))]
+            # A worker given a reply size answers (pi2 otherwise runs nothing).
+            # pi2 answers only udpr: probes of the other UDP services meet its
+            # port unreachable, and one more would push it past the ICMP rate limit.
+            for worker, size in REPLY_SIZE.get(name, {"pi1": 0}).items():
+                responder = [sys.executable, "-m", "lbctl.lab.udp_responder", "--name", worker,
+                             "--port", str(port), "--bind", "0.0.0.0", "--size", str(size)]
+                spawned.append((worker, lab.spawn(worker, responder)))
         else:
-            live = TARGET + ["tcp", str(port)]
-        spawned.append(("pi1", lab.spawn("pi1", live)))
+            spawned.append(("pi1", lab.spawn("pi1", TARGET + ["tcp", str(port)])))
         spawned.append(("pi3", lab.spawn("pi3", TARGET + [f"{protocol}-silent", str(port)])))
     yield
     for node, proc in spawned:
@@ -85,7 +87,7 @@ def test_live_and_silent_udp_workers_take_traffic_dead_and_silent_tcp_do_not(lab
     def with_checked(services):
         for name, (protocol, vip, port, health) in SERVICES.items():
             services[name] = {"vip": vip, "port": port, "protocol": protocol,
-                              "workers": WORKERS.get(name, ALL_WORKERS),
+                              "workers": ALL_WORKERS,
                               "health": health}
         return services
     lab.reset(edited(services=with_checked), "health-kinds")
@@ -103,8 +105,7 @@ def test_live_and_silent_udp_workers_take_traffic_dead_and_silent_tcp_do_not(lab
     status = lab.lbctl("lb1", "status").stdout
     for name in SERVICES:
         assert f"health {name}/pi1: up" in status, status
-        if "pi2" in WORKERS.get(name, ALL_WORKERS):
-            assert f"health {name}/pi2: down" in status, status
+        assert f"health {name}/pi2: down" in status, status
         pi3 = "up" if name in SILENT_UDP_IS_UP else "down"
         assert f"health {name}/pi3: {pi3}" in status, status
     assert {name: taking_traffic(lab, name) for name in SERVICES} == expected

@@ -86,8 +86,13 @@ def test_rise_1_udp_runs_in_keepalived_with_payload_and_required_reply():
     block = server_block(conf, "192.168.100.3", 53)
     assert "UDP_CHECK {" in block and "MISC_CHECK" not in block
     assert "payload ff00\n" in block and "require_reply 0a\n" in block
-    # keepalived's default limit (255 bytes) would fail a long DNS answer.
-    assert "max_reply_length 65535\n" in block
+    # keepalived compares only the bytes that arrived: without a minimum, an
+    # empty or cut-short reply passes.  Its default maximum (255 bytes) would
+    # fail a long DNS answer.
+    assert "min_reply_length 1\n" in block and "max_reply_length 65535\n" in block
+    longer = server_block(render(with_health(dns="{udp: {payload: ff00, reply: '736572766564'}, "
+                                                 "rise: 1}")), "192.168.100.3", 53)
+    assert "min_reply_length 6\n" in longer
     silent_ok = server_block(render(with_health(dns="{udp: {}, rise: 1}")), "192.168.100.3", 53)
     assert "UDP_CHECK {" in silent_ok and "require_reply" not in silent_ok
 

@@ -6,6 +6,7 @@ from ipaddress import IPv4Address
 import pytest
 
 from helpers import PI_SINGLE, cluster_from
+from large_cluster import many_services
 from lbctl.config import load_cluster
 from lbctl.config.load import MAX_BYTES
 from lbctl.errors import ConfigError
@@ -225,16 +226,6 @@ def test_a_name_yaml_reads_as_another_type_is_refused_with_the_fix():
 
 
 # -- size and speed ----------------------------------------------------------
-
-def many_services(count):
-    lines = ["cluster: big", "network: 10.0.0.0/8", "balancers:", "  lb1: {address: 10.0.0.2}",
-             "workers:"]
-    lines += [f"  w{i}: {{address: 10.0.0.{i}, weight: {i}}}" for i in range(3, 13)]
-    lines.append("services:")
-    lines += [f"  s{i}: {{vip: 10.1.{i // 250}.{1 + i % 250}, port: {80 + i % 1000}, "
-              f"scheduler: wrr, workers: [w3, w4, w5]}}" for i in range(count)]
-    return "\n".join(lines) + "\n"
-
 
 def test_a_file_of_five_thousand_services_is_read_whole(tmp_path):
     path = tmp_path / "big.yaml"

@@ -15,12 +15,14 @@ def main():
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--bind", default="127.0.0.1")
     parser.add_argument("--size", type=int, default=0,
-                        help="pad every reply to this many bytes, as a long DNS answer is")
+                        help="make every reply this many bytes, padded or cut short, as a "
+                             "long DNS answer or a truncated one is")
     args = parser.parse_args()
     sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sock.bind((args.bind, args.port))
     reply = f"served by {args.name}\n".encode()
-    reply += b"." * max(0, args.size - len(reply))
+    if args.size:
+        reply = (reply + b"." * args.size)[:args.size]
     while True:
         _, peer = sock.recvfrom(2048)
         sock.sendto(reply, peer)
