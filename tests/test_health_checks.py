@@ -103,6 +103,17 @@ def test_rise_above_1_and_exec_keep_the_damping_script():
         assert "MISC_CHECK {" in block and "TCP_CHECK" not in block
 
 
+@pytest.mark.parametrize("timing, kill_after", [
+    ("interval: 500ms, timeout: 500ms", 3),  # a short interval still leaves 2 s for a stall
+    ("interval: 4s, timeout: 3s", 7),  # a long one leaves a whole interval
+])
+def test_keepalived_kills_a_scripted_probe_only_well_past_its_timeout(timing, kill_after):
+    # keepalived's kill counts as a failure at once, past the script's damping:
+    # a Pi that stalls bash for a moment must not fail a healthy worker.
+    block = server_block(render(with_health(web=f"{{tcp: {{}}, {timing}}}")), "192.168.100.3", 80)
+    assert f"misc_timeout {kill_after}\n" in block
+
+
 @pytest.mark.parametrize("dns, found", [
     ("{udp: {payload: 'zz'}, rise: 1}", "'zz' is not usable"),
     ("{udp: {payload: '0a 0b'}, rise: 1}", "'0a 0b' is not usable"),
