@@ -28,14 +28,16 @@ PARSE = "import sys, yaml; yaml.load(open(sys.argv[1]), Loader=yaml.{loader})"
 
 def measure(argv):
     """(seconds, peak RSS in MiB) of one process, from its own rusage."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - started
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{argv[:4]} failed: {err}")
+    # stderr goes to a file, not a pipe: a pipe nobody reads until the exit
+    # would block a process that reports thousands of errors.
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        seconds = time.perf_counter() - started
+        if os.waitstatus_to_exitcode(status) != 0:
+            err.seek(0)
+            raise SystemExit(f"{argv[:4]} failed: {err.read().decode()[:2000]}")
     return seconds, usage.ru_maxrss / 1024
 
 
