@@ -119,7 +119,7 @@ def _boot_apply(cluster):
     and the exporter's."""
     python = sys.executable
     needs_python = cluster.engine == "netlink" or cluster.exporter is not None
-    if needs_python and not re.match(r"^/[A-Za-z0-9_./+-]+$", python):
+    if needs_python and not re.fullmatch(r"/[A-Za-z0-9_./+-]+", python):
         raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
                         "without spaces or special characters")
     return BootApply(strip_saved_copy_header(cluster.text), python)

@@ -13,8 +13,8 @@ from lbctl.state import Address, Ownership
 # older formats; this one refuses a newer record instead of misreading it.
 RECORD_FORMAT = 1
 
-_SERVICE_RE = re.compile(r"^(tcp|udp) ([0-9.]+):(\d+)$")
-_ADDRESS_RE = re.compile(r"^([0-9.]+)/(\d+) dev (\S+)$")
+_SERVICE_RE = re.compile(r"(tcp|udp) ([0-9.]+):(\d+)")
+_ADDRESS_RE = re.compile(r"([0-9.]+)/(\d+) dev (\S+)")
 
 
 def record_path(ownership_dir, cluster_name):
@@ -44,12 +44,12 @@ def decode(text, path="the ownership record"):
                         f"lbctl reads up to {RECORD_FORMAT}): upgrade lbctl on this node")
     services = set()
     for item in data.get("services", []):
-        m = _SERVICE_RE.match(item)
+        m = _SERVICE_RE.fullmatch(item)
         if m:
             services.add(ServiceKey(m[1], IPv4Address(m[2]), int(m[3])))
     addresses = set()
     for item in data.get("addresses", []):
-        m = _ADDRESS_RE.match(item)
+        m = _ADDRESS_RE.fullmatch(item)
         if m:
             addresses.add(Address(IPv4Address(m[1]), m[3], int(m[2])))
     timeouts = {name: value for name, value in data.get("timeouts", {}).items()

@@ -16,8 +16,8 @@ from lbctl.config.model import (
 )
 from lbctl.errors import ConfigError
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
-IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+IFNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
 
 TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp", "ipvs", "ssh",
             "exporter"}
@@ -34,16 +34,16 @@ KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": {"payload", "reply
              "exec": {"command"}}
 # Strings that reach keepalived.conf: no whitespace, quotes, braces, backslashes,
 # or keepalived's comment characters '#' and '!'.
-HTTP_PATH_RE = re.compile(r"^/[A-Za-z0-9._~%/?&=+:@,-]*$")
+HTTP_PATH_RE = re.compile(r"/[A-Za-z0-9._~%/?&=+:@,-]*")
 # UDP probe and reply bytes, as even-length hex (keepalived reads them as hex).
-HEX_RE = re.compile(r"^(?:[0-9A-Fa-f]{2}){1,255}$")
-COMMAND_ARG_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+HEX_RE = re.compile(r"(?:[0-9A-Fa-f]{2}){1,255}")
+COMMAND_ARG_RE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 SSH_KEYS = {"user", "port", "sudo", "hosts"}
 # What ssh takes as a login and a host: never an option (a leading '-') or
 # anything a shell or ssh_config would read twice.
-SSH_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
-SSH_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
-DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)$")
+SSH_USER_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+SSH_HOST_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s)")
 PAIR_PRIORITIES = (150, 100)  # first and second balancer, when the file gives none
 
 
@@ -89,7 +89,7 @@ class _Checker:
             self.error(path, f"{what}: YAML reads this as {_kind(value)} ({value!r}), not as a "
                        "name; names are text: put it in quotes", key=key)
             return False
-        if not NAME_RE.match(value):
+        if not NAME_RE.fullmatch(value):
             self.error(path, f"{what} {value!r} is not a valid name: use letters, digits, "
                        "'_', '.' and '-' (up to 63, starting with a letter or digit)", key=key)
             return False
@@ -134,8 +134,8 @@ class _Checker:
         seconds = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             seconds = float(value)
-        elif isinstance(value, str) and DURATION_RE.match(value):
-            number, unit = DURATION_RE.match(value).groups()
+        elif isinstance(value, str) and DURATION_RE.fullmatch(value):
+            number, unit = DURATION_RE.fullmatch(value).groups()
             seconds = float(number) / (1000 if unit == "ms" else 1)
         if seconds is None:
             self.error(path, f"{self.where(path)}: expected a duration such as 1s, 0.5s or "
@@ -216,7 +216,7 @@ def _ssh(c, value, balancers, workers):
     if c.mapping(value, p, SSH_KEYS) is None:
         return Ssh()
     user = value.get("user")
-    if user is not None and (not isinstance(user, str) or not SSH_USER_RE.match(user)):
+    if user is not None and (not isinstance(user, str) or not SSH_USER_RE.fullmatch(user)):
         c.error(p + ("user",), f"ssh.user: {user!r} is not a login name (letters, digits, "
                 "'_', '.', '-', starting with a letter or '_')")
         user = None
@@ -229,7 +229,7 @@ def _ssh(c, value, balancers, workers):
         for node, host in (spec or {}).items():
             if node not in balancers and node not in workers:
                 continue  # reported as an unknown key
-            if not isinstance(host, str) or not SSH_HOST_RE.match(host):
+            if not isinstance(host, str) or not SSH_HOST_RE.fullmatch(host):
                 c.error(ph + (node,), f"ssh.hosts.{node}: {host!r} is not a host name or "
                         "address (letters, digits, '.', '-')")
                 continue
@@ -272,7 +272,7 @@ def _balancers(c, value):
     for name, spec, p in c.entries(value, "balancers", "balancer", BALANCER_KEYS, ("address",)):
         addr = c.address(spec["address"], p + ("address",)) if "address" in spec else None
         iface = spec.get("interface")
-        if iface is not None and (not isinstance(iface, str) or not IFNAME_RE.match(iface)):
+        if iface is not None and (not isinstance(iface, str) or not IFNAME_RE.fullmatch(iface)):
             c.error(p + ("interface",), f"{c.where(p + ('interface',))}: {iface!r} is not a "
                     "valid interface name (up to 15 letters, digits, '_', '.', '-')")
             iface = None
@@ -486,7 +486,7 @@ def _profile(c, value, path):
 def _hex(c, value, path):
     if value == "":
         return ""
-    if not isinstance(value, str) or not HEX_RE.match(value):
+    if not isinstance(value, str) or not HEX_RE.fullmatch(value):
         c.error(path, f"{c.where(path)}: {value!r} is not usable: give 1 to 255 bytes as "
                 "hex digits, two per byte, e.g. 0a1b (no spaces or 0x)")
         return None
@@ -500,7 +500,7 @@ def _hex(c, value, path):
 
 
 def _http_path(c, value, path):
-    if not isinstance(value, str) or not HTTP_PATH_RE.match(value) or len(value) > 1024:
+    if not isinstance(value, str) or not HTTP_PATH_RE.fullmatch(value) or len(value) > 1024:
         c.error(path, f"{c.where(path)}: {value!r} is not a usable URL path: it must start "
                 "with '/' and use only letters, digits and . _ ~ % / ? & = + : @ , -")
         return None
@@ -514,7 +514,7 @@ def _command(c, value, path):
         return None
     ok = True
     for i, word in enumerate(value):
-        if not isinstance(word, str) or not COMMAND_ARG_RE.match(word):
+        if not isinstance(word, str) or not COMMAND_ARG_RE.fullmatch(word):
             c.error(path + (i,), f"{c.where(path)}[{i}]: {word!r} is not allowed: command "
                     "words are passed to keepalived as they are and may use only letters, "
                     "digits and _ @ % + = : , . / -")

@@ -1,0 +1,65 @@
+"""Every file lbctl renders: one line per value, and units systemd accepts."""
+
+import dataclasses
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers import cluster_from
+from lbctl.desired import BootApply, desired_state
+from lbctl.render.keepalived import KeepalivedLayout
+from lbctl.render.sysctl import render_worker_sysctl
+from lbctl.render.systemd import render_worker_unit
+from lbctl.render.templates import RenderError
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def rendered_files(text):
+    """Every file each node of the cluster would get, by node."""
+    cluster = cluster_from(text)
+    layout = KeepalivedLayout(cluster.name) if cluster.engine == "keepalived" else None
+    nodes = [*cluster.balancers, *cluster.workers]
+    return {node: desired_state(cluster, node, "eth0", layout=layout,
+                                boot=BootApply(text, "/usr/bin/python3")).files
+            for node in nodes}
+
+
+@pytest.mark.parametrize("example", ["pi-single.yaml", "pi-pair.yaml"])
+def test_every_unit_lbctl_writes_is_accepted_by_systemd(example, tmp_path):
+    text = (EXAMPLES / example).read_text()
+    checked = 0
+    for node, files in rendered_files(text).items():
+        for path, spec in files.items():
+            if not path.endswith(".service"):
+                continue
+            unit = tmp_path / os.path.basename(path)
+            unit.write_text(spec.content)
+            found = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)],
+                                   capture_output=True, text=True)
+            assert found.returncode == 0 and found.stderr == "", f"{node} {path}: {found.stderr}"
+            checked += 1
+    assert checked >= 4  # a unit per worker, and the balancers' own
+
+
+@pytest.mark.parametrize("name", ["pi\n", "pi\nExecStartPre=/bin/sh", "pi\x00", "pi\x1b[2J"])
+def test_a_name_with_a_control_character_never_reaches_a_rendered_file(name):
+    # Validation refuses such names; rendering refuses them too, whatever the source.
+    with pytest.raises(RenderError, match="control character"):
+        render_worker_unit(name, ["192.168.100.10"], "/etc/sysctl.d/90-lbctl.conf")
+    with pytest.raises(RenderError, match="control character"):
+        render_worker_sysctl(name)
+
+
+def test_a_cluster_named_with_a_trailing_newline_is_refused_before_rendering():
+    text = (EXAMPLES / "pi-single.yaml").read_text().replace("cluster: pi-web", 'cluster: "pi\\n"')
+    with pytest.raises(Exception) as raised:
+        cluster_from(text)
+    assert "cluster name 'pi\\n' is not a valid name" in str(raised.value)
+    # The same cluster with the name forced through still renders nothing.
+    cluster = dataclasses.replace(cluster_from((EXAMPLES / "pi-single.yaml").read_text()),
+                                  name="pi\n")
+    with pytest.raises(RenderError):
+        desired_state(cluster, "pi1", "eth0")
