@@ -5,11 +5,23 @@ event in the cluster's state folder: "health.SERVICE@WORKER" and "vrrp", each
 holding "STATE EPOCH-SECONDS".  Reading them is all `status` and `apply` need.
 """
 
+import math
 import os
+import re
+import stat
 import time
 from dataclasses import dataclass
 
-from lbctl.config.model import DestKey
+from lbctl.config.model import NAME_PATTERN, DestKey
+
+# The folder belongs to keepalived's script user, and root reads it: a file
+# there may be a FIFO, a link to /dev/zero, or text meant for the terminal.
+# So a hook file is read only when it is a small regular file of the folder's
+# owner (or root), opened without following links or blocking, and only the
+# states the hooks write are believed.
+_MAX_HOOK_FILE = 128
+_STATES = {"vrrp": {"MASTER", "BACKUP", "FAULT", "STOP"}, "health": {"up", "down"}}
+_HEALTH_FILE = re.compile(rf"health\.{NAME_PATTERN}@{NAME_PATTERN}")
 
 
 @dataclass(frozen=True)
@@ -23,18 +35,55 @@ def read_state_dir(path):
     found = {}
     try:
         names = os.listdir(path)
+        owners = {0, os.stat(path).st_uid}
     except OSError:
         return found
     for name in names:
-        if not (name == "vrrp" or name.startswith("health.")):
+        kind = "vrrp" if name == "vrrp" else "health" if _HEALTH_FILE.fullmatch(name) else None
+        if kind is None:
             continue
+        text = read_hook_file(os.path.join(path, name), owners)
         try:
-            with open(os.path.join(path, name), encoding="utf-8") as fh:
-                state, since = fh.read().split()
-            found[name] = Reported(state, float(since))
-        except (OSError, ValueError):
-            continue  # a hook is writing it right now
+            state, since = text.split()
+            since = float(since)
+        except (AttributeError, ValueError):
+            continue  # absent, not a hook's file, or a hook is writing it right now
+        if state in _STATES[kind] and math.isfinite(since):
+            found[name] = Reported(state, since)
     return found
+
+
+def read_hook_file(path, owners):
+    """The ASCII text of a small regular file owned by one of `owners`, else None.
+
+    Never follows a link, never blocks on a FIFO, never reads more than a hook writes.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid not in owners:
+            return None
+        data = os.read(fd, _MAX_HOOK_FILE + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_HOOK_FILE or not data.isascii():
+        return None
+    return data.decode("ascii")
+
+
+def read_transitions(state_dir):
+    """VRRP role changes the notify hook counted since the state folder was made."""
+    try:
+        owners = {0, os.stat(state_dir).st_uid}
+    except OSError:
+        return 0
+    text = (read_hook_file(os.path.join(state_dir, "vrrp.transitions"), owners) or "").strip()
+    return int(text) if text.isdigit() and len(text) < 10 else 0
 
 
 def health_of(reported, service, worker):

@@ -164,7 +164,7 @@ def _larger(own, every):
 
 def keepalived_states(root):
     """{cluster: {"vrrp": ..., "health": [...]}} from the notify hooks' state folders."""
-    from lbctl.health import read_state_dir, workers_health
+    from lbctl.health import read_state_dir, read_transitions, workers_health
 
     base = os.path.join(root, "run/lbctl")
     found = {}
@@ -175,7 +175,7 @@ def keepalived_states(root):
         vrrp = reported.get("vrrp")
         found[cluster] = {
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
-            "transitions": _transitions(os.path.join(base, cluster, "state")),
+            "transitions": read_transitions(os.path.join(base, cluster, "state")),
             "health": [{"service": service, "worker": worker, "state": r.state,
                         "since": r.since} for service, worker, r in workers_health(reported)],
         }
@@ -196,15 +196,6 @@ def advertised_addresses(root, cluster):
         return None
     block = re.search(r"^\s*virtual_ipaddress \{\n(.*?)^\s*\}", text, re.M | re.S)
     return None if block is None else sorted(re.findall(r"^\s*([0-9.]+)/32\b", block[1], re.M))
-
-
-def _transitions(state_dir):
-    """VRRP role changes the notify hook counted since the state folder was made."""
-    try:
-        with open(os.path.join(state_dir, "vrrp.transitions"), encoding="ascii") as fh:
-            return int(fh.read().strip())
-    except (OSError, ValueError):
-        return 0
 
 
 def _format_keepalived(states, now):

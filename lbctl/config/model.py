@@ -11,6 +11,8 @@ from ipaddress import IPv4Address, IPv4Network
 SCHEDULERS = ("rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq",
               "fo", "ovf", "mh", "twos")
 PROTOCOLS = ("tcp", "udp")
+# Cluster, node and service names: they end up in file, unit and keepalived names.
+NAME_PATTERN = "[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 # Scheduler flags by scheduler: the kernel's IP_VS_SVC_F_SCHED1/2 bits, which
 # only sh and mh read (keepalived and ipvsadm use the same names).
 SCHEDULER_FLAGS = {"sh": ("sh-fallback", "sh-port"), "mh": ("mh-fallback", "mh-port")}

@@ -12,11 +12,11 @@ from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
     HEALTH_KINDS, HEALTH_PROFILES, IPVS_TIMEOUTS, PROTOCOLS, SCHEDULER_FLAGS, SCHEDULERS, Balancer, Cluster, HealthCheck,
-    DEFAULT_EXPORTER_LISTEN, RealServer, Ssh, VirtualService, Vrrp, Worker, split_listen,
+    DEFAULT_EXPORTER_LISTEN, NAME_PATTERN, RealServer, Ssh, VirtualService, Vrrp, Worker, split_listen,
 )
 from lbctl.errors import ConfigError
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+NAME_RE = re.compile(NAME_PATTERN)
 IFNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
 
 TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp", "ipvs", "ssh",
