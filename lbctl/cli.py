@@ -195,6 +195,14 @@ def _check_arguments(parser, args):
         args.root = os.environ.get("LBCTL_ROOT") or "/"
 
 
+def _os_error_text(exc):
+    """What the system refused, and on which path: '/etc/lbctl: not a directory'."""
+    reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    text = f"{' -> '.join(paths)}: {reason}" if paths else reason
+    return f"{text}; run as root" if isinstance(exc, PermissionError) else text
+
+
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -219,11 +227,10 @@ def main(argv=None):
             raise
         print(f"lbctl: {exc}", file=sys.stderr)
         return exc.exit_code
-    except PermissionError as exc:
+    except OSError as exc:
         if debug:
             raise
-        print(f"lbctl: {args.command}: permission denied: {exc.filename or exc}; run as root",
-              file=sys.stderr)
+        print(f"lbctl: {args.command}: {_os_error_text(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

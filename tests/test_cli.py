@@ -118,3 +118,24 @@ def test_status_connections_names_an_unknown_filter(capsys):
     assert "--worker: no worker 'pi9'" in capsys.readouterr().err
     assert main(["status", "--connections", str(EXAMPLE), "--client", "10.0.0.0/33"]) == 64
     assert "--client:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("error, said", [
+    (NotADirectoryError(20, "Not a directory", "/etc/lbctl/pi-web"),
+     "lbctl: validate: /etc/lbctl/pi-web: not a directory\n"),
+    (PermissionError(13, "Permission denied", "/run/lbctl"),
+     "lbctl: validate: /run/lbctl: permission denied; run as root\n"),
+    (OSError(22, "Invalid argument"), "lbctl: validate: invalid argument\n"),
+    (FileExistsError(17, "File exists", "/a.tmp", None, "/a"), "lbctl: validate: /a.tmp -> /a: file exists\n"),
+])
+def test_an_error_of_the_system_is_a_message_with_its_path_not_a_traceback(monkeypatch, capsys,
+                                                                           error, said):
+    import lbctl.commands.validate
+
+    def refused(args, out):
+        raise error
+    monkeypatch.setattr(lbctl.commands.validate, "run", refused)
+    assert main(["validate", str(EXAMPLE)]) == 1
+    assert capsys.readouterr().err == said
+    with pytest.raises(OSError):
+        main(["validate", str(EXAMPLE), "--debug"])
