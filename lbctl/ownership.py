@@ -3,6 +3,7 @@
 import json
 import os
 import re
+from contextlib import suppress
 from ipaddress import IPv4Address
 
 from lbctl.config.model import IPVS_TIMEOUTS, ServiceKey
@@ -14,7 +15,10 @@ from lbctl.state import Address, Ownership
 RECORD_FORMAT = 1
 
 _SERVICE_RE = re.compile(r"(tcp|udp) ([0-9.]+):(\d+)")
-_ADDRESS_RE = re.compile(r"([0-9.]+)/(\d+) dev (\S+)")
+_ADDRESS_RE = re.compile(r"([0-9.]+)/(\d+) dev ([A-Za-z0-9_.-]{1,15})")
+# A key under /proc/sys/net; '/' stands for a dot inside a name (eth0/100), so
+# no part can become '..'.
+_SYSCTL_RE = re.compile(r"net(?:\.[A-Za-z0-9_-]+(?:/[A-Za-z0-9_-]+)*)+")
 
 
 def record_path(ownership_dir, cluster_name):
@@ -34,7 +38,20 @@ def encode(owned, node=None):
         indent=2) + "\n"
 
 
-def decode(text, path="the ownership record"):
+def owned_paths_pattern(cluster_name):
+    """The paths lbctl writes for a cluster (desired.py, saved.py, the keepalived
+    layout).  A record naming anything else was not written by lbctl, and root
+    must not unlink it on the record's word."""
+    c = re.escape(cluster_name)
+    return re.compile("|".join([
+        rf"/etc/sysctl\.d/90-lbctl-{c}\.conf",
+        rf"/etc/systemd/system/(?:multi-user\.target\.wants/)?lbctl-{c}-[a-z]+\.service",
+        rf"/etc/lbctl/{c}\.yaml",
+        rf"/etc/lbctl/{c}/[A-Za-z0-9][A-Za-z0-9_.-]*",
+    ]))
+
+
+def decode(text, cluster_name, path="the ownership record"):
     data = json.loads(text)
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
@@ -42,22 +59,35 @@ def decode(text, path="the ownership record"):
     if not isinstance(written, int) or written > RECORD_FORMAT:
         raise NodeError(f"{path} was written by a newer lbctl (record format {written}; this "
                         f"lbctl reads up to {RECORD_FORMAT}): upgrade lbctl on this node")
-    services = set()
-    for item in data.get("services", []):
-        m = _SERVICE_RE.fullmatch(item)
+    ours = owned_paths_pattern(cluster_name)
+    services, addresses = set(), set()
+    for item in _entries(data, "services", list):
+        m = _SERVICE_RE.fullmatch(item) if isinstance(item, str) else None
         if m:
-            services.add(ServiceKey(m[1], IPv4Address(m[2]), int(m[3])))
-    addresses = set()
-    for item in data.get("addresses", []):
-        m = _ADDRESS_RE.fullmatch(item)
+            with suppress(ValueError):  # not an address: not lbctl's, left alone
+                services.add(ServiceKey(m[1], IPv4Address(m[2]), int(m[3])))
+    for item in _entries(data, "addresses", list):
+        m = _ADDRESS_RE.fullmatch(item) if isinstance(item, str) else None
         if m:
-            addresses.add(Address(IPv4Address(m[1]), m[3], int(m[2])))
-    timeouts = {name: value for name, value in data.get("timeouts", {}).items()
-                if name in IPVS_TIMEOUTS and isinstance(value, int) and value > 0}
-    sysctls = {name: value for name, value in data.get("sysctls", {}).items()
-               if name.startswith("net.") and (value is None or isinstance(value, str))}
-    return Ownership(services, addresses, set(data.get("files", [])), set(data.get("links", [])),
-                     timeouts, sysctls, legacy="format" not in data)
+            with suppress(ValueError):
+                addresses.add(Address(IPv4Address(m[1]), m[3], int(m[2])))
+    timeouts = {name: value for name, value in _entries(data, "timeouts", dict).items()
+                if name in IPVS_TIMEOUTS and type(value) is int and value > 0}
+    sysctls = {name: value for name, value in _entries(data, "sysctls", dict).items()
+               if isinstance(name, str) and _SYSCTL_RE.fullmatch(name)
+               and (value is None or isinstance(value, str))}
+    files = {p for p in _entries(data, "files", list) if isinstance(p, str) and ours.fullmatch(p)}
+    links = {p for p in _entries(data, "links", list) if isinstance(p, str) and ours.fullmatch(p)}
+    return Ownership(services, addresses, files, links, timeouts, sysctls,
+                     legacy="format" not in data)
+
+
+def _entries(data, key, kind):
+    """A section of the record; one of the wrong kind is damage, not a crash."""
+    value = data.get(key, kind())
+    if not isinstance(value, kind):
+        raise ValueError(f"{key!r} is not a JSON {'list' if kind is list else 'object'}")
+    return value
 
 
 def read_ownership(files, ownership_dir, cluster_name, strict=False):
@@ -68,7 +98,7 @@ def read_ownership(files, ownership_dir, cluster_name, strict=False):
     if found is None:
         return Ownership()
     try:
-        return decode(found[0], path)
+        return decode(found[0], cluster_name, path)
     except ValueError as exc:
         if strict:
             raise NodeError(f"{path} is damaged ({exc}), so what lbctl made here is not "
