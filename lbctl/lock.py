@@ -22,8 +22,10 @@ def lock_path(cluster_name):
 def node_locked(root, cluster_name, timeout=300.0, poll=0.2):
     import fcntl
 
+    from lbctl.adapters.files import ensure_dir
+
     path = os.path.join(root, lock_path(cluster_name).lstrip("/"))
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    ensure_dir(root, os.path.dirname(lock_path(cluster_name)))
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + timeout

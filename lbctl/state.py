@@ -54,6 +54,7 @@ class DestSpec:
 class FileSpec:
     content: str
     mode: int = 0o644
+    owner: int = 0  # uid: every file lbctl writes is root's, so another owner is drift
 
 
 @dataclass(frozen=True)

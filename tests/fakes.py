@@ -106,7 +106,8 @@ class FakeFiles:
         self.writes = 0
 
     def read(self, path):
-        return self.files.get(path)
+        found = self.files.get(path)  # (content, mode); every fake file is root's
+        return None if found is None else (*found[:2], 0)
 
     def write(self, path, content, mode):
         self.files[path] = (content, mode)

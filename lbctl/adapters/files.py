@@ -9,6 +9,36 @@ import os
 import stat
 import tempfile
 
+from lbctl.errors import ApplyError
+
+
+def ensure_dir(root, path):
+    """Make `path` (inside `root`) and its missing parents, mode 0755 whatever
+    the umask, and refuse to write under a directory that someone other than
+    root could change: root would then write where that user points it.
+    Returns the real path."""
+    me = os.geteuid()  # root on a node; the tests' own user in a private tree
+    current = root
+    for part in path.strip("/").split("/"):
+        if not part:
+            continue
+        current = os.path.join(current, part)
+        try:
+            os.mkdir(current, 0o755)
+            os.chmod(current, 0o755)  # mkdir's mode passes through the umask
+        except FileExistsError:
+            pass
+        info = os.stat(current)  # a link such as /var/run -> /run is fine if its target is
+        if not stat.S_ISDIR(info.st_mode):
+            raise ApplyError("write under", current, "it is not a directory")
+        if info.st_uid not in (0, me) or info.st_mode & 0o022:
+            raise ApplyError("write under", current,
+                             f"it is owned by uid {info.st_uid} with mode "
+                             f"{stat.S_IMODE(info.st_mode):04o}; lbctl writes only where no "
+                             "user but root can change what is there (chown root and chmod "
+                             "go-w it, or remove it)")
+    return current
+
 
 class FilesRoot:
     def __init__(self, root="/"):
@@ -18,19 +48,20 @@ class FilesRoot:
         return os.path.join(self.root, path.lstrip("/"))
 
     def read(self, path):
+        """(content, mode, owner uid), or None for a missing file or a link."""
         real = self._real(path)
         try:
             if os.path.islink(real):
                 return None
             with open(real, encoding="utf-8") as fh:
-                return fh.read(), stat.S_IMODE(os.stat(real).st_mode)
+                info = os.fstat(fh.fileno())
+                return fh.read(), stat.S_IMODE(info.st_mode), info.st_uid
         except FileNotFoundError:
             return None
 
     def write(self, path, content, mode):
         real = self._real(path)
-        directory = os.path.dirname(real)
-        os.makedirs(directory, mode=0o755, exist_ok=True)
+        directory = ensure_dir(self.root, os.path.dirname(path))
         fd, tmp = tempfile.mkstemp(prefix=".lbctl-", dir=directory)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -57,7 +88,7 @@ class FilesRoot:
 
     def symlink(self, path, target):
         real = self._real(path)
-        os.makedirs(os.path.dirname(real), mode=0o755, exist_ok=True)
+        ensure_dir(self.root, os.path.dirname(path))
         tmp = os.path.join(os.path.dirname(real), f".lbctl-{os.getpid()}-{os.path.basename(real)}")
         if os.path.lexists(tmp):  # left by an interrupted run
             os.unlink(tmp)

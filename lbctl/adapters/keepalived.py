@@ -9,10 +9,13 @@ import fcntl
 import os
 import pwd
 import signal
+import stat
 import subprocess
 import tempfile
 import time
+from contextlib import suppress
 
+from lbctl.adapters.files import ensure_dir
 from lbctl.errors import ApplyError
 from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
 
@@ -185,14 +188,18 @@ class KeepalivedProcess:
                              "on this node was changed")
 
     def _make_run_dirs(self):
-        run_dir = self.layout.real(self.layout.run_dir)
+        run_dir = ensure_dir(self.layout.root, self.layout.run_dir)
+        # The one folder the script user writes: its hooks' state.  Made here
+        # as a plain folder (never through a link) and handed over.
         state_dir = self.layout.real(self.layout.state_dir)
-        os.makedirs(run_dir, mode=0o755, exist_ok=True)
-        os.makedirs(state_dir, mode=0o755, exist_ok=True)
+        with suppress(FileExistsError):
+            os.mkdir(state_dir, 0o755)
+        if not stat.S_ISDIR(os.lstat(state_dir).st_mode):
+            raise ApplyError("make", state_dir, "it exists and is not a directory")
         user = _user(SCRIPT_USER)
         if user is not None:
-            os.chown(state_dir, user.pw_uid, user.pw_gid)
-        os.chmod(state_dir, 0o755)
+            os.chown(state_dir, user.pw_uid, user.pw_gid, follow_symlinks=False)
+        os.chmod(state_dir, 0o755, follow_symlinks=False)
         return run_dir
 
     def _log(self):

@@ -110,7 +110,7 @@ class Sysctls(Protocol):
 
 @runtime_checkable
 class Files(Protocol):
-    def read(self, path: str) -> tuple | None: ...  # (content, mode) or None
+    def read(self, path: str) -> tuple | None: ...  # (content, mode, owner uid) or None
 
     def write(self, path: str, content: str, mode: int) -> None: ...
 
