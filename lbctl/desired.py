@@ -177,8 +177,10 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     # A single balancer's unit puts its VIPs back at boot; a pair's come from VRRP.
     boot_vips = [] if len(cluster.balancers) > 1 else sorted(vips)
     _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips))
+    programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
+                         if svc.health is not None and svc.health.kind == "exec")
     state.daemon = DaemonSpec("keepalived", layout.conf,
-                              frozenset([layout.conf, *scripts, layout.takeover_rules]))
+                              frozenset([layout.conf, *scripts, layout.takeover_rules]), programs)
     state.external |= {svc.key for svc in cluster.services.values()}
     for svc in cluster.services.values():
         state.start_services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)

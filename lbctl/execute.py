@@ -92,10 +92,10 @@ def _run_units(verb, units, files):
     """systemctl VERB for lbctl's own services; without systemd (the lab) nothing."""
     if not units or files.root != "/" or not os.path.isdir("/run/systemd/system"):
         return
-    import subprocess
+    from lbctl.adapters.programs import SYSTEMCTL, SYSTEMD, run
 
     for unit in units:
-        done = subprocess.run(["systemctl", verb, unit], capture_output=True, text=True)
+        done = run([SYSTEMCTL, verb, unit], timeout=SYSTEMD)
         if done.returncode != 0 and verb != "stop":
             raise ApplyError(verb, f"unit {unit}", done.stderr.strip() or "systemctl failed")
 
@@ -116,7 +116,7 @@ def _test_daemon_config(plan, adapters):
         if daemon is None:
             continue
         # Also when only a start is due: a missing keepalived stops apply here.
-        adapters.keepalived.prepare()  # keepalived checks that the script user exists
+        adapters.keepalived.prepare(daemon.programs)
         config = next((c.new.content for c in plan.changes
                        if c.kind == "file" and c.key == daemon.config), None)
         if config is None:
@@ -231,6 +231,6 @@ def _systemd_reload():
     """Tell a running systemd about changed units; without systemd (the lab) nothing to do."""
     if not os.path.isdir("/run/systemd/system"):
         return
-    import subprocess
+    from lbctl.adapters.programs import SYSTEMCTL, SYSTEMD, run
 
-    subprocess.run(["systemctl", "daemon-reload"], check=False)
+    run([SYSTEMCTL, "daemon-reload"], timeout=SYSTEMD)

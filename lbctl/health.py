@@ -103,9 +103,14 @@ def workers_health(reported):
     return found
 
 
+MAX_SETTLE_WAIT = 120  # seconds; a worker not checked by then is named as such
+
+
 def settle_seconds(cluster):
-    """How long a fresh keepalived needs before every check had its chance."""
-    return cluster.health_settle_seconds + 3
+    """How long apply waits for a fresh keepalived's checks: until every check
+    had its chance, but never longer than MAX_SETTLE_WAIT (ten rises of an
+    hourly check would hold apply, a boot unit or an ssh session for hours)."""
+    return min(cluster.health_settle_seconds + 3, MAX_SETTLE_WAIT)
 
 
 def ipvs_drift(cluster, reported, services, draining=frozenset(), drained=frozenset()):

@@ -68,6 +68,7 @@ class DaemonSpec:
     name: str
     config: str
     files: frozenset = frozenset()
+    programs: frozenset = frozenset()  # what its checks run as the script user (exec)
 
 
 @dataclass

@@ -142,8 +142,9 @@ class FakeKeepalived:
         self.calls.append("test")
         return list(self.rejects)
 
-    def prepare(self):
+    def prepare(self, programs=frozenset()):
         self.calls.append("prepare")
+        self.prepared_programs = programs
 
     def start(self):
         self.calls.append("start")

@@ -557,3 +557,23 @@ def test_a_pair_balancer_without_nft_is_refused_before_anything_changes(tmp_path
                                          r"nftables`; nothing on this node was changed"):
         keepalived.prepare()
     assert not (tmp_path / "root").exists()
+
+
+def test_an_exec_check_the_script_user_cannot_run_stops_apply_before_any_change():
+    class ClosedProgram(FakeKeepalived):
+        def prepare(self, programs=frozenset()):
+            super().prepare(programs)
+            if programs:
+                raise ApplyError("check", f"exec health check {min(programs)}", "closed")
+
+    exec_check = "health: {exec: {command: [/root/checks/web, --quick]}}}"
+    node = Balancer(ClosedProgram())
+    addresses = node.adapters.addresses.list()
+    with pytest.raises(ApplyError, match="exec health check /root/checks/web"):
+        node.apply(PAIR.replace("scheduler: wrr}", f"scheduler: wrr, {exec_check}"))
+    assert node.keepalived.prepared_programs == {"/root/checks/web"}
+    assert node.keepalived.calls == ["prepare"]
+    assert node.adapters.files.files == {} and node.adapters.ipvs.dump() == []
+    assert node.adapters.addresses.list() == addresses
+    node.apply(PAIR)  # no exec check: nothing for the script user to run
+    assert node.keepalived.prepared_programs == frozenset()

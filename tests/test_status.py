@@ -143,7 +143,7 @@ def test_the_ipvs_adapter_reports_a_missing_ipvs_family_as_not_loaded_and_loads_
             pass
 
     monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
-    monkeypatch.setattr(ipvs.subprocess, "run", lambda *a, **k: pytest.fail("loaded ip_vs"))
+    monkeypatch.setattr(ipvs, "run", lambda *a, **k: pytest.fail("loaded ip_vs"))
     assert ipvs.IpvsNetlink().snapshot() is None
 
 

@@ -8,13 +8,9 @@ word goes to `ip` as its own argument, never through a shell.
 """
 
 import json
-import shutil
-import subprocess
 from ipaddress import IPv4Address
 
-
-def _ip():
-    return shutil.which("ip") or "/usr/sbin/ip"
+from lbctl.adapters.programs import IP, run
 
 
 class AddressIp:
@@ -35,7 +31,7 @@ class AddressIp:
 
     @staticmethod
     def _run(*args):
-        done = subprocess.run([_ip(), *args], capture_output=True, text=True, check=False)
+        done = run([IP, *args])
         if done.returncode != 0:
             # "RTNETLINK answers: File exists", "Cannot find device ...": as ip says it.
             raise OSError(done.stderr.strip().splitlines()[-1] if done.stderr.strip()

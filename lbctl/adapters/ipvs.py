@@ -6,10 +6,10 @@ struct, which keeps 1000 services x 10 real servers close to ipvsadm.
 
 import os
 import socket
-import subprocess
 from ipaddress import IPv4Address
 
 from lbctl.adapters import ipvs_wire
+from lbctl.adapters.programs import MODPROBE, run
 from lbctl.adapters.protocols import (
     IpvsDest, IpvsService, IpvsSnapshot, IpvsStats, OpResult, SyncDaemon,
 )
@@ -18,7 +18,6 @@ from lbctl.errors import KernelError
 
 PROTOCOL_NAMES = {v: k for k, v in ipvs_wire.PROTOCOLS.items()}
 SYNC_ROLES = {ipvs_wire.IP_VS_STATE_MASTER: "master", ipvs_wire.IP_VS_STATE_BACKUP: "backup"}
-MODPROBE = "/usr/sbin/modprobe"
 
 
 def _ipvs_family(sock):
@@ -28,7 +27,7 @@ def _ipvs_family(sock):
         pass
     # Looking the netlink family up does not load ip_vs, and on a node that has
     # never run IPVS it is not loaded yet.
-    subprocess.run([MODPROBE, "-q", "ip_vs"], capture_output=True, check=False)
+    run([MODPROBE, "-q", "ip_vs"])
     try:
         return sock.family("IPVS")
     except FileNotFoundError:

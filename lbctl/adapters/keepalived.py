@@ -16,11 +16,12 @@ import time
 from contextlib import suppress
 
 from lbctl.adapters.files import ensure_dir
+from lbctl.adapters.programs import (
+    JOURNALCTL, KEEPALIVED, NFT, QUICK, SYSTEMCTL, SYSTEMD, USERADD, run,
+)
 from lbctl.errors import ApplyError
 from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
 
-KEEPALIVED = "/usr/sbin/keepalived"
-NFT = "/usr/sbin/nft"
 MIN_VERSION = (2, 2, 2)
 
 
@@ -43,7 +44,7 @@ class KeepalivedProcess:
     # -- queries ---------------------------------------------------------------
     def running(self):
         if self.use_systemd:
-            return _run(["systemctl", "is-active", "--quiet", self.layout.unit]).returncode == 0
+            return run([SYSTEMCTL, "is-active", "--quiet", self.layout.unit]).returncode == 0
         return self._pid() is not None
 
     def _pid(self):
@@ -66,7 +67,7 @@ class KeepalivedProcess:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as fh:
                 fh.write(text)
-            result = _run([self.binary, "--config-test", "--use-file", path])
+            result = run([self.binary, "--config-test", "--use-file", path])
         finally:
             os.unlink(path)
         lines = [line.replace(path, self.layout.real(self.layout.conf)).strip()
@@ -79,8 +80,9 @@ class KeepalivedProcess:
         return lines or [f"keepalived --config-test exited with status {result.returncode}"]
 
     # -- changes ---------------------------------------------------------------
-    def prepare(self):
-        """The script user and the state folder its hooks write to."""
+    def prepare(self, programs=frozenset()):
+        """The script user, the state folder its hooks write to, and the
+        programs of exec checks, which keepalived runs as that user."""
         # apply prepares and tests before it changes anything: a missing keepalived
         # must stop it here, with nothing on the node changed.
         self._require_installed()
@@ -90,6 +92,8 @@ class KeepalivedProcess:
                              "failover pair's balancers need it for the takeover grace: install "
                              "it with `apt install nftables`; nothing on this node was changed")
         ensure_system_user(SCRIPT_USER)
+        for program in sorted(programs):
+            _require_runnable_by(_user(SCRIPT_USER), program)
         self._make_run_dirs()
 
     def start(self):
@@ -163,8 +167,7 @@ class KeepalivedProcess:
                 os.close(held)
 
     def _nft(self, batch):
-        done = subprocess.run([self.nft, "-f", "-"], input=batch, capture_output=True, text=True,
-                              check=False)
+        done = run([self.nft, "-f", "-"], input=batch)
         if done.returncode != 0:
             raise ApplyError("load", f"nftables table {self.layout.nft_table}",
                              done.stderr.strip())
@@ -213,12 +216,12 @@ class KeepalivedProcess:
             return "(no log)"
 
     def _systemctl(self, verb):
-        result = _run(["systemctl", verb, self.layout.unit])
+        result = run([SYSTEMCTL, verb, self.layout.unit], timeout=SYSTEMD)
         if result.returncode != 0:
             said = (result.stderr or result.stdout).strip() or f"status {result.returncode}"
             # systemctl only points at the journal: show what the unit said there.
             try:
-                journal = _run(["journalctl", "--no-pager", "-q", "-o", "cat", "-n", "8",
+                journal = run([JOURNALCTL, "--no-pager", "-q", "-o", "cat", "-n", "8",
                                 "-u", self.layout.unit]).stdout.strip()
             except OSError:
                 journal = ""
@@ -243,12 +246,59 @@ def _user(name):
         return None
 
 
+def _require_runnable_by(user, program):
+    """An exec check whose program the script user cannot run fails every probe,
+    and every worker leaves the pool with nothing said: refuse it up front.
+    Asked of the kernel as that user, so ACLs and groups count as they will."""
+    groups = os.getgrouplist(user.pw_name, user.pw_gid)
+
+    def can(test, path):
+        return subprocess.run(["/usr/bin/test", test, path], user=user.pw_uid, group=user.pw_gid,
+                              extra_groups=groups, timeout=QUICK).returncode == 0
+
+    if can("-f", program) and can("-x", program):
+        return
+    reason = f"{program} is not an executable file"
+    for folder in _parents(program):
+        if not can("-x", folder):
+            reason = f"it may not enter {folder}"
+            break
+    if not os.path.exists(program):
+        reason = f"{program} does not exist"
+    raise ApplyError("check", f"exec health check {program}",
+                     f"keepalived runs it as user {user.pw_name}, who cannot run it ({reason}): "
+                     "install it where every user may run it, such as /usr/local/bin; "
+                     "nothing on this node was changed")
+
+
+def _parents(path):
+    """'/a/b/c' -> ['/', '/a', '/a/b']"""
+    parts = path.strip("/").split("/")[:-1]
+    return ["/"] + ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
+
+
+NO_LOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
+SYSTEM_UID_MAX = 999  # Debian's SYS_UID_MAX (/etc/login.defs); people's accounts start at 1000
+
+
 def ensure_system_user(name):
-    """A system user with no home and no login, as packages create them."""
+    """A system user with no home and no login, as packages create them.
+
+    An existing account of that name is used only if it is such a user:
+    keepalived runs every check and hook as it, so a person's login account
+    would get its files written by them and could edit what they report.
+    """
     for _ in range(20):
-        if _user(name) is not None:
+        found = _user(name)
+        if found is not None:
+            if found.pw_uid > SYSTEM_UID_MAX or found.pw_uid == 0 \
+                    or found.pw_shell not in NO_LOGIN_SHELLS:
+                raise ApplyError("use", f"user {name} for keepalived's checks",
+                                 f"it exists as a login account (uid {found.pw_uid}, shell "
+                                 f"{found.pw_shell}); lbctl needs a system user without a "
+                                 "login shell: remove or rename that account")
             return
-        result = _run(["useradd", "--system", "--user-group", "--no-create-home",
+        result = run([USERADD, "--system", "--user-group", "--no-create-home",
                        "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", name])
         if result.returncode == 0 or _user(name) is not None:
             return
@@ -256,14 +306,10 @@ def ensure_system_user(name):
     raise ApplyError("add", f"system user {name}", result.stderr.strip() or "useradd failed")
 
 
-def _run(argv):
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
-
-
 def _version(binary):
     """(major, minor, patch) from `keepalived --version`, or None if it says no number."""
     import re
 
-    done = _run([binary, "--version"])
+    done = run([binary, "--version"])
     found = re.search(r"Keepalived v(\d+)\.(\d+)\.(\d+)", done.stdout + done.stderr)
     return tuple(int(n) for n in found.groups()) if found else None

@@ -127,7 +127,8 @@ class Keepalived(Protocol):
 
     def test(self, text: str) -> list: ...  # problems keepalived finds; [] when fine
 
-    def prepare(self) -> None: ...  # script user and state folder
+    # The script user, its state folder, and that it can run these programs (exec checks).
+    def prepare(self, programs: frozenset = frozenset()) -> None: ...
 
     def start(self) -> None: ...
 

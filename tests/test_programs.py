@@ -1,0 +1,92 @@
+"""The programs root runs: by absolute path, bounded in time, as the right user."""
+
+import os
+import pwd
+import shutil
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from helpers import cluster_from
+from lbctl.adapters import keepalived
+from lbctl.adapters.addrs import AddressIp
+from lbctl.adapters.programs import run
+from lbctl.errors import ApplyError
+from lbctl.health import MAX_SETTLE_WAIT, settle_seconds
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
+
+
+def test_a_program_that_does_not_answer_is_an_error_naming_it():
+    with pytest.raises(ApplyError, match=r"run /bin/sleep 5: no answer after 0.5 s"):
+        run(["/bin/sleep", "5"], timeout=0.5)
+
+
+def test_ip_comes_from_its_absolute_path_not_from_path(tmp_path, monkeypatch):
+    witness = tmp_path / "ran"
+    fake = tmp_path / "ip"
+    fake.write_text(f"#!/bin/sh\ntouch {witness}\necho '[]'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert AddressIp().list()  # this host's own addresses, from the real ip
+    assert not witness.exists()
+
+
+def test_apply_waits_for_checks_a_bounded_time_whatever_their_interval():
+    hourly = "health: {tcp: {}, interval: 3600s, timeout: 300s, rise: 10}"
+    cluster = cluster_from("""\
+cluster: pi-web
+balancers:
+  lb1: {address: 192.168.100.2, interface: eth0}
+workers:
+  pi1: {address: 192.168.100.3}
+services:
+  web: {vip: 192.168.100.10, port: 80, %s}
+""" % hourly)
+    assert cluster.health_settle_seconds == 10 * 3600 + 300
+    assert settle_seconds(cluster) == MAX_SETTLE_WAIT == 120
+
+
+@pytest.mark.parametrize("uid, shell", [(1000, "/bin/bash"), (998, "/bin/sh"), (1001, "/usr/sbin/nologin"),
+                                        (0, "/usr/sbin/nologin")])
+def test_a_login_account_named_like_the_script_user_is_not_adopted(monkeypatch, uid, shell):
+    account = SimpleNamespace(pw_name="lbctl", pw_uid=uid, pw_gid=uid, pw_shell=shell)
+    monkeypatch.setattr(keepalived, "_user", lambda name: account)
+    with pytest.raises(ApplyError, match=f"exists as a login account \\(uid {uid}, shell {shell}\\)"):
+        keepalived.ensure_system_user("lbctl")
+
+
+def test_a_system_account_without_a_login_is_used(monkeypatch):
+    account = SimpleNamespace(pw_name="lbctl", pw_uid=996, pw_gid=996, pw_shell="/usr/sbin/nologin")
+    monkeypatch.setattr(keepalived, "_user", lambda name: account)
+    keepalived.ensure_system_user("lbctl")
+
+
+@pytest.fixture
+def open_folder():
+    """A folder every user may enter (pytest's own tmp root is closed to them)."""
+    folder = tempfile.mkdtemp(dir="/var/tmp")
+    os.chmod(folder, 0o755)
+    yield Path(folder)
+    shutil.rmtree(folder)
+
+
+@needs_root
+def test_an_exec_check_the_script_user_cannot_run_is_named_with_the_reason(open_folder):
+    nobody = pwd.getpwnam("nobody")
+    closed = open_folder / "closed"
+    closed.mkdir(mode=0o700)
+    program = closed / "check-web"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    with pytest.raises(ApplyError, match=f"who cannot run it \\(it may not enter {closed}\\)"):
+        keepalived._require_runnable_by(nobody, str(program))
+    closed.chmod(0o755)
+    keepalived._require_runnable_by(nobody, str(program))
+    program.chmod(0o700)
+    with pytest.raises(ApplyError, match="is not an executable file"):
+        keepalived._require_runnable_by(nobody, str(program))
+    with pytest.raises(ApplyError, match="does not exist"):
+        keepalived._require_runnable_by(nobody, str(closed / "missing"))
