@@ -119,10 +119,33 @@ def _boot_apply(cluster):
     and the exporter's."""
     python = sys.executable
     needs_python = cluster.engine == "netlink" or cluster.exporter is not None
-    if needs_python and not re.fullmatch(r"/[A-Za-z0-9_./+-]+", python):
+    if needs_python:
+        require_root_only_python(python)
+    return BootApply(strip_saved_copy_header(cluster.text), python)
+
+
+def require_root_only_python(python, package_dir=None):
+    """The units run this Python and this lbctl as root at every boot: whoever
+    can change either (a checkout in /home/pi, a venv a user owns) would get
+    root.  Refuse to write such a unit."""
+    import sysconfig
+
+    import lbctl
+    from lbctl.trust import first_unsafe
+
+    if not re.fullmatch(r"/[A-Za-z0-9_./+-]+", python):
         raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
                         "without spaces or special characters")
-    return BootApply(strip_saved_copy_header(cluster.text), python)
+    package_dir = package_dir or os.path.dirname(os.path.abspath(lbctl.__file__))
+    # The interpreter, its environment, where its libraries come from, and lbctl.
+    unsafe = first_unsafe([python, sys.prefix, sysconfig.get_paths()["purelib"], package_dir])
+    if unsafe is not None:
+        path, info = unsafe
+        raise NodeError(
+            f"the boot unit would run {python} with lbctl from {package_dir} as root, but "
+            f"{path} is owned by uid {info.st_uid} with mode {info.st_mode & 0o7777:04o}, so "
+            "another user could change what root runs: install lbctl where only root can "
+            "write (README, 'Running a real cluster': a venv in /opt/lbctl)")
 
 
 def _link_names():

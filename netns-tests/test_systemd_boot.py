@@ -192,7 +192,7 @@ def test_a_single_balancer_run_by_lbctl_reapplies_its_saved_copy_at_boot(booted)
     assert done.returncode == 0, done.stdout + done.stderr
     assert booted.is_active("lb1", KEEPALIVED_UNIT) in ("inactive", "unknown")
     unit = booted.run("lb1", ["systemctl", "cat", "lbctl-boot-balancer.service"]).stdout
-    assert "ExecStart=/opt/lbctl/bin/python -m lbctl apply /etc/lbctl/boot.yaml --node lb1" in unit
+    assert "ExecStart=/opt/lbctl/bin/python -I -m lbctl apply /etc/lbctl/boot.yaml --node lb1" in unit
     booted.power_cycle("lb1")
     assert booted.is_active("lb1", "lbctl-boot-balancer.service") == "active"
     assert booted.failed_units("lb1") == []

@@ -112,7 +112,7 @@ def test_a_balancer_keeps_a_copy_of_the_file_and_a_boot_unit_that_applies_it():
                           boot=BootApply(strip_saved_copy_header(saved), "/opt/lbctl/bin/python"))
     assert again.files["/etc/lbctl/pi-web.yaml"].content == saved
     unit = state.files["/etc/systemd/system/lbctl-pi-web-balancer.service"].content
-    assert "ExecStart=/opt/lbctl/bin/python -m lbctl apply /etc/lbctl/pi-web.yaml --node lb1" in unit
+    assert "ExecStart=/opt/lbctl/bin/python -I -m lbctl apply /etc/lbctl/pi-web.yaml --node lb1" in unit
     # ip_vs is loaded before apply sets its sysctls and programs the table.
     commands = [line for line in unit.splitlines() if line.startswith("ExecStart")]
     assert commands[0] == "ExecStartPre=/usr/sbin/modprobe ip_vs"

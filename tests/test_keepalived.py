@@ -455,7 +455,7 @@ def test_an_exporter_in_the_file_gets_a_unit_on_each_balancer_that_systemd_accep
         text = units["/etc/systemd/system/lbctl-pi-web-exporter.service"]
         # Each balancer binds its own address; the saved copies name things.
         assert exec_start_lines(text) == [[
-            "/usr/bin/python3", "-m", "lbctl", "exporter", "--listen", f"{address}:9588"]]
+            "/usr/bin/python3", "-I", "-m", "lbctl", "exporter", "--listen", f"{address}:9588"]]
         assert "DynamicUser=yes\nAmbientCapabilities=CAP_NET_ADMIN\n" in text
         unit = tmp_path / "lbctl-pi-web-exporter.service"
         unit.write_text(text)

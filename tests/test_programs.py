@@ -3,6 +3,7 @@
 import os
 import pwd
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -90,3 +91,34 @@ def test_an_exec_check_the_script_user_cannot_run_is_named_with_the_reason(open_
         keepalived._require_runnable_by(nobody, str(program))
     with pytest.raises(ApplyError, match="does not exist"):
         keepalived._require_runnable_by(nobody, str(closed / "missing"))
+
+
+@needs_root
+def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(open_folder):
+    from lbctl.errors import NodeError
+    from lbctl.node import require_root_only_python
+
+    require_root_only_python(sys.executable)  # this venv: root's own, in CI and the lab
+    venv = open_folder / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.symlink_to(os.path.realpath(sys.executable))
+    package = venv / "lbctl"
+    package.mkdir()
+    require_root_only_python(str(python), str(package))
+    # A venv in a user's checkout: that user edits lbctl and is root at the next boot.
+    os.chown(venv, 1000, 1000)
+    with pytest.raises(NodeError, match=f"{venv} is owned by uid 1000 with mode 0755, so another "
+                                        "user could change what root runs"):
+        require_root_only_python(str(python), str(package))
+    os.chown(venv, 0, 0)
+    os.chmod(package, 0o775)
+    with pytest.raises(NodeError, match=f"{package} is owned by uid 0 with mode 0775"):
+        require_root_only_python(str(python), str(package))
+    # /tmp (root's, sticky) may be passed through; a folder anyone can write may not.
+    os.chmod(package, 0o755)
+    os.chmod(open_folder, 0o1777)
+    require_root_only_python(str(python), str(package))
+    os.chmod(open_folder, 0o777)
+    with pytest.raises(NodeError, match=f"{open_folder} is owned by uid 0 with mode 0777"):
+        require_root_only_python(str(python), str(package))

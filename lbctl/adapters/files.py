@@ -10,6 +10,7 @@ import stat
 import tempfile
 
 from lbctl.errors import ApplyError
+from lbctl.trust import others_can_change
 
 
 def ensure_dir(root, path):
@@ -31,7 +32,7 @@ def ensure_dir(root, path):
         info = os.stat(current)  # a link such as /var/run -> /run is fine if its target is
         if not stat.S_ISDIR(info.st_mode):
             raise ApplyError("write under", current, "it is not a directory")
-        if info.st_uid not in (0, me) or info.st_mode & 0o022:
+        if others_can_change(info, me):
             raise ApplyError("write under", current,
                              f"it is owned by uid {info.st_uid} with mode "
                              f"{stat.S_IMODE(info.st_mode):04o}; lbctl writes only where no "

@@ -21,6 +21,7 @@ from lbctl.adapters.programs import (
 )
 from lbctl.errors import ApplyError
 from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
+from lbctl.trust import ancestors
 
 MIN_VERSION = (2, 2, 2)
 
@@ -259,7 +260,7 @@ def _require_runnable_by(user, program):
     if can("-f", program) and can("-x", program):
         return
     reason = f"{program} is not an executable file"
-    for folder in _parents(program):
+    for folder in ancestors(program):
         if not can("-x", folder):
             reason = f"it may not enter {folder}"
             break
@@ -269,12 +270,6 @@ def _require_runnable_by(user, program):
                      f"keepalived runs it as user {user.pw_name}, who cannot run it ({reason}): "
                      "install it where every user may run it, such as /usr/local/bin; "
                      "nothing on this node was changed")
-
-
-def _parents(path):
-    """'/a/b/c' -> ['/', '/a', '/a/b']"""
-    parts = path.strip("/").split("/")[:-1]
-    return ["/"] + ["/" + "/".join(parts[:i + 1]) for i in range(len(parts))]
 
 
 NO_LOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
