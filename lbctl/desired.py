@@ -147,8 +147,8 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     checks and all, until `lbctl undrain`.
     """
     from lbctl.render.keepalived import (
-        TAKEOVER_SCRIPT, render_keepalived_conf, render_keepalived_unit, render_takeover_rules,
-        script_text,
+        TAKEOVER_SCRIPT, config_digest, render_keepalived_conf, render_keepalived_unit,
+        render_takeover_rules, script_text,
     )
 
     state = NodeState("balancer", node, cluster.name)
@@ -179,8 +179,10 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips))
     programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
                          if svc.health is not None and svc.health.kind == "exec")
-    state.daemon = DaemonSpec("keepalived", layout.conf,
-                              frozenset([layout.conf, *scripts, layout.takeover_rules]), programs)
+    daemon_files = frozenset([layout.conf, *scripts, layout.takeover_rules])
+    digest = config_digest({path: state.files[path].content for path in daemon_files
+                            if path in state.files})
+    state.daemon = DaemonSpec("keepalived", layout.conf, daemon_files, programs, digest)
     state.external |= {svc.key for svc in cluster.services.values()}
     for svc in cluster.services.values():
         state.start_services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)

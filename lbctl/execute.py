@@ -13,6 +13,7 @@ from lbctl.adapters.protocols import IpvsOp
 from lbctl.errors import ApplyError
 from lbctl.ownership import write_ownership
 from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, KEEPALIVED, REMOVE
+from lbctl.render.keepalived import loaded_record_path
 from lbctl.state import DestSpec
 
 IPVS_KINDS = ("service", "real server")
@@ -31,7 +32,7 @@ def execute(plan, adapters):
     files = adapters.files
     stop = [c for c in plan.changes if c.kind == "keepalived" and c.action == REMOVE]
     if stop:
-        _run_daemon(adapters, stop, report)
+        _run_daemon(adapters, stop, report, plan.cluster)
         report.replan = True
         return report
     _test_daemon_config(plan, adapters)
@@ -50,7 +51,7 @@ def execute(plan, adapters):
     if daemon:
         # systemd must know a new or changed unit before it can start it.
         reloaded = _reload_units(report, files, since=0)
-        _run_daemon(adapters, daemon, report)
+        _run_daemon(adapters, daemon, report, plan.cluster)
     # keepalived has just set these real servers to weight 0 or deleted them,
     # as its new config says; the busy ones drain until a later apply.
     by_keepalived = [c for c in removes if c.kind in IPVS_KINDS and c.through == KEEPALIVED]
@@ -72,7 +73,9 @@ def execute(plan, adapters):
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after,
                        plan.node):
         report.writes += 1
-    _reload_units(report, files, since=reloaded)
+    _reload_units(report, files, since=reloaded,
+                  units=[os.path.basename(p) for p in plan.owned_after.files
+                         if p.endswith(".service")])
     # A new or changed unit of a long-running lbctl service (the exporter)
     # takes effect once restarted; the boot units run lbctl itself and need none.
     _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),
@@ -100,13 +103,24 @@ def _run_units(verb, units, files):
             raise ApplyError(verb, f"unit {unit}", done.stderr.strip() or "systemctl failed")
 
 
-def _reload_units(report, files, since):
-    """Tell systemd about units changed in report.done[since:]; returns the new mark."""
+def _reload_units(report, files, since, units=()):
+    """Tell systemd about units changed in report.done[since:], or about any of
+    `units` it has not loaded since they were written (a daemon-reload lost to
+    an apply cut short); returns the new mark."""
     changed = any(c.kind in ("file", "link") and c.key.endswith(".service")
                   for c in report.done[since:])
-    if changed and files.root == "/":
+    if files.root == "/" and (changed or _systemd_has_stale(units)):
         _systemd_reload()
     return len(report.done)
+
+
+def _systemd_has_stale(units):
+    if not units or not os.path.isdir("/run/systemd/system"):
+        return False
+    from lbctl.adapters.programs import SYSTEMCTL, run
+
+    done = run([SYSTEMCTL, "show", "--property=NeedDaemonReload", "--value", *sorted(units)])
+    return "yes" in done.stdout.split()
 
 
 def _test_daemon_config(plan, adapters):
@@ -128,7 +142,8 @@ def _test_daemon_config(plan, adapters):
                              + "\n  ".join(problems))
 
 
-def _run_daemon(adapters, changes, report):
+def _run_daemon(adapters, changes, report, cluster_name):
+    record = loaded_record_path(cluster_name)
     for change in changes:
         action = {ADD: adapters.keepalived.start, CHANGE: adapters.keepalived.reload,
                   REMOVE: adapters.keepalived.stop}[change.action]
@@ -136,8 +151,19 @@ def _run_daemon(adapters, changes, report):
             action()
         except OSError as exc:
             raise ApplyError(change.key, change.kind, exc.strerror or str(exc)) from exc
+        # Noted only once keepalived has taken the files: a run cut short
+        # before this leaves the old note, and the next apply reloads.
+        if change.action == REMOVE:
+            adapters.files.remove(record)
+        else:
+            note_loaded(adapters.files, cluster_name, change.new)
         report.done.append(change)
         report.writes += 1
+
+
+def note_loaded(files, cluster_name, daemon):
+    """keepalived runs the files `daemon` (the wanted DaemonSpec) describes."""
+    files.write(loaded_record_path(cluster_name), f"{daemon.digest}\n", 0o644)
 
 
 def _ipvs_op(change):

@@ -7,6 +7,7 @@ created before.
 
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
+from lbctl.render.keepalived import loaded_record_path
 from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
 
 
@@ -61,5 +62,6 @@ def observe(desired, owned, adapters, address_list, ipvs_table=None):
         if target is not None:
             state.links[path] = target
     if adapters.keepalived is not None and adapters.keepalived.running():
-        state.daemon = DaemonSpec("keepalived", "")
+        loaded = adapters.files.read(loaded_record_path(desired.cluster))
+        state.daemon = DaemonSpec("keepalived", "", digest=loaded[0].strip() if loaded else "")
     return state

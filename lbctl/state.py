@@ -69,6 +69,9 @@ class DaemonSpec:
     config: str
     files: frozenset = frozenset()
     programs: frozenset = frozenset()  # what its checks run as the script user (exec)
+    # Wanted: of the files it should run on.  Observed: of what it last (re)loaded,
+    # "" when that is not known.
+    digest: str = ""
 
 
 @dataclass

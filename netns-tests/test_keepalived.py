@@ -157,6 +157,26 @@ def test_a_pair_shares_one_table_and_a_reapply_leaves_keepalived_alone(lab, pair
     assert writable == []
 
 
+def test_a_config_written_without_its_reload_is_loaded_by_the_next_apply(lab, pair):
+    reweighted = lab.write("pair-pi3-weight-5", pair_edited(
+        workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 5}}))
+    conf = Path(lab.nodes["lb1"].root, "etc/lbctl/lab/keepalived.conf")
+    # An apply of `reweighted` killed after it wrote the files and before
+    # keepalived reloaded them: the new files on disk, the old ones running.
+    assert lab.lbctl("lb1", "apply", str(reweighted)).returncode == 0
+    written = conf.read_text()
+    assert lab.lbctl("lb1", "apply", str(pair)).returncode == 0
+    assert ipvs_web_weights(lab)["192.168.100.6:80"] == "2"
+    conf.write_text(written)
+    again = lab.lbctl("lb1", "apply", str(reweighted))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "reload" in again.stdout and "not known to run the files on disk" in again.stdout, \
+        again.stdout
+    lab.wait_for(lambda: ipvs_web_weights(lab)["192.168.100.6:80"] == "5", timeout=10,
+                 what="pi3's new weight in lb1's table")
+    assert lab.lbctl("lb1", "plan", str(reweighted), "--detailed-exitcode").returncode == 0
+
+
 def test_a_dead_worker_leaves_within_the_detection_time_and_returns_after_rise(lab, pair):
     try:
         _dead_worker_leaves_and_returns(lab)

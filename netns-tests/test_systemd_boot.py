@@ -147,6 +147,18 @@ def test_keepalived_is_started_reloaded_and_restarted_by_systemd(booted):
     table = booted.run("lb1", ["ipvsadm", "-Ln"]).stdout
     assert re.search(rf"TCP\s+{VIP}:80 wrr", table), table
 
+    # A daemon-reload lost to an apply cut short: systemd has not loaded the
+    # unit as it stands on disk.  The next apply, with nothing else to change,
+    # tells systemd.
+    def needs_daemon_reload():
+        return booted.run("lb1", ["systemctl", "show", "--property=NeedDaemonReload", "--value",
+                                  KEEPALIVED_UNIT]).stdout.strip()
+    booted.run("lb1", ["touch", f"/etc/systemd/system/{KEEPALIVED_UNIT}"])
+    assert needs_daemon_reload() == "yes"
+    done = apply(booted, "lb1", spec(scheduler="wrr"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert needs_daemon_reload() == "no"
+
 
 def test_a_worker_power_cycle_comes_back_from_its_boot_unit_alone(booted):
     started = time.monotonic()

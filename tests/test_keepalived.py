@@ -1,5 +1,6 @@
 """The keepalived engine: which files select it, what apply does with it, and its scripts."""
 
+import errno
 import os
 import subprocess
 from ipaddress import IPv4Address
@@ -577,3 +578,28 @@ def test_an_exec_check_the_script_user_cannot_run_stops_apply_before_any_change(
     assert node.adapters.addresses.list() == addresses
     node.apply(PAIR)  # no exec check: nothing for the script user to run
     assert node.keepalived.prepared_programs == frozenset()
+
+
+def test_a_reload_lost_after_the_files_were_written_is_made_good_by_the_next_apply():
+    class ReloadKilled(FakeKeepalived):
+        def reload(self):
+            super().reload()
+            raise OSError(errno.EINTR, "killed")  # as a kill -9 of apply between the two
+
+    node = Balancer()
+    node.apply(PAIR)
+    reweighted = PAIR.replace("pi3: {address: 192.168.100.6, weight: 2}",
+                              "pi3: {address: 192.168.100.6, weight: 5}")
+    assert reweighted != PAIR
+    node.adapters.keepalived = node.keepalived = ReloadKilled(is_running=True)
+    with pytest.raises(ApplyError):
+        node.apply(reweighted)
+    assert "weight 5" in node.adapters.files.read(CONF)[0]  # the files are the new ones
+    # The files match the cluster file, yet keepalived runs the old ones: reload.
+    node.adapters.keepalived = node.keepalived = FakeKeepalived(is_running=True)
+    plan = node.plan(reweighted)
+    assert [(c.kind, c.key) for c in plan.changes] == [("keepalived", "reload")]
+    assert "not known to run the files on disk" in format_plan(plan)
+    node.apply(reweighted)
+    assert node.keepalived.calls == ["prepare", "reload"]
+    assert node.plan(reweighted).empty

@@ -105,12 +105,13 @@ def remove_runtime_dirs(root, cluster_name):
     from lbctl.adapters.protocols import OWNERSHIP_DIR
     from lbctl.drains import DRAIN_DIR, drain_path
     from lbctl.lock import remove_lock
-    from lbctl.render.keepalived import KeepalivedLayout
+    from lbctl.render.keepalived import KeepalivedLayout, loaded_record_path
 
     layout = KeepalivedLayout(cluster_name, root)
     shutil.rmtree(layout.real(layout.run_dir), ignore_errors=True)
     # The drain record goes with the cluster: its workers are not lbctl's here any more.
     FilesRoot(root).remove(drain_path(cluster_name))
+    FilesRoot(root).remove(loaded_record_path(cluster_name))
     remove_lock(root, cluster_name)
     for folder in (os.path.dirname(layout.run_dir), layout.etc_dir,
                    os.path.dirname(layout.etc_dir), DRAIN_DIR, OWNERSHIP_DIR):

@@ -3,7 +3,7 @@ import time
 from lbctl.config import load_cluster
 from lbctl.drains import describe_drains
 from lbctl.errors import LbctlError, UsageError
-from lbctl.execute import execute
+from lbctl.execute import execute, note_loaded
 from lbctl.last_apply import record_last_apply
 from lbctl.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
@@ -110,6 +110,7 @@ def check_keepalived_table(ctx, out, waited):
         # applies the difference; what still differs after it is reported.
         out.write("  keepalived's table differs from its config: reloading keepalived\n")
         ctx.adapters.keepalived.reload()
+        note_loaded(ctx.adapters.files, ctx.cluster.name, ctx.desired.daemon)
         waited = True
         problems, unchecked, reported = table(settle_seconds(ctx.cluster))
     if ctx.cluster.ipvs_timeouts:

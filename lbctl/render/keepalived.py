@@ -142,5 +142,27 @@ def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):
             "--checkers_pid", layout.real(layout.pid_file("checkers"))]
 
 
+def loaded_record_path(cluster_name):
+    """Where lbctl notes the digest of the files keepalived last (re)loaded.
+
+    Files are written before keepalived is reloaded; an apply killed between
+    the two, or a reload that failed, leaves files that match the cluster file
+    and a keepalived still running the old ones.  The record tells the next
+    apply so.  It lives with the ownership records, since keepalived's unit
+    loads the same files at boot.
+    """
+    return f"/var/lib/lbctl/{cluster_name}.keepalived-loaded"
+
+
+def config_digest(contents):
+    """One digest of {path: text} for the files keepalived reads."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in sorted(contents):
+        digest.update(f"{path}\0{contents[path]}\0".encode())
+    return digest.hexdigest()
+
+
 def script_text(name):
     return template_text("keepalived", name)
