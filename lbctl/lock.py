@@ -19,7 +19,10 @@ def lock_path(cluster_name):
 
 
 @contextmanager
-def node_locked(root, cluster_name, timeout=300.0, poll=0.2):
+def node_locked(root, cluster_name, timeout=300.0, poll=0.2, holder=None):
+    """Hold the cluster's lock on this node, waiting up to `timeout` seconds.
+    The holder (pid and command) is written into the lock file, so one that
+    waits too long can say who holds it."""
     import fcntl
 
     from lbctl.adapters.files import ensure_dir
@@ -35,13 +38,31 @@ def node_locked(root, cluster_name, timeout=300.0, poll=0.2):
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise NodeError(f"another lbctl has been changing cluster {cluster_name} on "
-                                    f"this node for over {timeout:.0f}s (apply, drain or "
-                                    f"undrain; it holds {lock_path(cluster_name)})") from None
+                    raise NodeError(f"another lbctl ({_holder_of(fd)}) has been changing "
+                                    f"cluster {cluster_name} on this node for over "
+                                    f"{timeout:.0f}s; it holds {lock_path(cluster_name)}") from None
                 time.sleep(poll)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} {holder or _this_command()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # and with it the lock
+
+
+def _this_command():
+    import sys
+
+    return " ".join(w for w in ["lbctl", *sys.argv[1:2]] if w.isprintable())[:60]
+
+
+def _holder_of(fd):
+    """'pid 1234, lbctl apply' from the lock file, as its holder wrote it."""
+    text = os.pread(fd, 128, 0).decode("ascii", "replace").strip()
+    pid, _, command = text.partition(" ")
+    if not pid.isdigit():
+        return "its holder is not known"
+    shown = "".join(c if c.isprintable() else "?" for c in command)
+    return f"pid {pid}, {shown}"
 
 
 def remove_lock(root, cluster_name):
