@@ -13,6 +13,7 @@ import pytest
 
 from clusters import DNS_VIP, PAIR, TOPOLOGY, WEB_VIP, pair_edited, write_cluster
 from conftest import ClusterLab, measured
+from lbctl import __version__
 from lbctl.lab.sshd import LabSsh
 
 NODES = ["lb1", "lb2", "pi1", "pi2", "pi3", "pi4"]
@@ -169,6 +170,30 @@ def test_a_bad_file_is_rejected_before_any_node_is_contacted(lab, fleet, pair_fi
             fleet.start(name)
     assert records == {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read()
                        for n in NODES[:5]}
+
+
+def test_a_node_with_another_lbctl_is_named_before_any_change(lab, fleet, pair_file):
+    fleet.stop("pi2")
+    fleet.start("pi2", version="0.1.9")  # not yet upgraded
+    records = {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read() for n in NODES[:5]}
+    tables = {n: lab.ipvs_rules(n) for n in ("lb1", "lb2")}
+    try:
+        edit = lab.write("fleet-pi1-weight-3", as_root(pair_edited(
+            workers=lambda w: {**w, "pi1": {**w["pi1"], "weight": 3}})))
+        applied = fleet.lbctl_all("apply", str(edit))
+        assert applied.returncode == 1, applied.stdout + applied.stderr
+        assert "== pi2 (worker, 192.168.100.4): this node runs lbctl 0.1.9, not " \
+            f"{__version__}; --all runs {__version__}" in applied.stdout, applied.stdout
+        assert "pip install --upgrade" in applied.stdout
+        assert f"stopped before any change: pi2 must run lbctl {__version__} first" \
+            in applied.stdout
+        # Nothing changed anywhere: not on the nodes before pi2 in the rollout either.
+        assert records == {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read()
+                           for n in NODES[:5]}
+        assert tables == {n: lab.ipvs_rules(n) for n in ("lb1", "lb2")}
+    finally:
+        fleet.stop("pi2")
+        fleet.start("pi2")
 
 
 def test_apply_all_of_an_edit_under_load_fails_no_request(lab, fleet, pair_file):

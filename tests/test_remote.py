@@ -177,3 +177,33 @@ def test_rollout_without_checks_needs_no_wait():
     cluster = cluster_from()
     ok, how = wait_healthy(cluster, [], "pi2", 0.0, 30, None, ask=lambda: 1 / 0)
     assert ok and "no health check" in how
+
+
+def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monkeypatch, tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_apply
+
+    asked = []
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = {}
+        for t in targets_:
+            asked.append((t.node, args_for(t)))
+            found[t.node] = (Outcome(t, 3, "", "lbctl: this node runs lbctl 0.1.9, not "
+                                     f"{__version__}\n") if t.node == "pi2" else
+                             Outcome(t, 0, "valid\n", ""))
+        return found
+    monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+    out = io.StringIO()
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False)
+    assert cluster_apply.run(args, out) == 1
+    assert {tuple(args_) for _, args_ in asked} == {("validate", "-")}  # only the check ran
+    text = out.getvalue()
+    assert "== pi2 (worker, 192.168.100.4): this node runs lbctl 0.1.9, not" in text
+    assert "/opt/lbctl/bin/pip install --upgrade" in text
+    assert text.endswith(f"stopped before any change: pi2 must run lbctl {__version__} first; "
+                         "not touched: lb1, lb2, pi1, pi2\n"), text

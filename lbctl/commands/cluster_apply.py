@@ -2,16 +2,19 @@
 
 from concurrent.futures import ThreadPoolExecutor
 
+from lbctl import __version__
 from lbctl.config import load_cluster
 from lbctl.plan import DEFERRED_MARK, DRAINING_MARK
 from lbctl.remote.fleet import balancers_now, rollout_stages, select
 from lbctl.remote.ssh import run_on_each
-from lbctl.remote.blocks import progress, show_outcomes
+from lbctl.remote.blocks import node_block, progress, show_outcomes
 
 
 def run(args, out):
     cluster = load_cluster(args.file)  # a bad file stops here, before any node is contacted
     selected = select(cluster, args.node)
+    if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
+        return 1
     with ThreadPoolExecutor(max_workers=1) as pool:
         # Which balancer is master now, asked while the workers apply.
         asked = pool.submit(balancers_now, cluster, selected, args.ssh_config)
@@ -45,6 +48,24 @@ def _roll_out(args, cluster, selected, stages, out):
     what = "lbctl removed from" if args.remove else "applied on"
     out.write(f"{what} {len(done)} node(s): {', '.join(done)}\n")
     return 0
+
+
+def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
+    """Every node runs this lbctl, asked before any node changes: a node with
+    another version (or none) would stop the rollout half way, with the nodes
+    before it already changed.  A node that cannot be reached is left to the
+    rollout itself, which stops there and says what it did."""
+    progress(f"checking lbctl on {', '.join(t.node for t in selected)} ...")
+    outcomes = run_on_each(selected, lambda t: ["validate", "-"], cluster.text, ssh_config)
+    wrong = [t.node for t in selected
+             if outcomes[t.node].missing_lbctl or outcomes[t.node].other_version]
+    for target in selected:
+        if target.node in wrong:
+            out.write(node_block(outcomes[target.node], "FAILED") + "\n")
+    if wrong:
+        out.write(f"stopped before any change: {', '.join(wrong)} must run lbctl "
+                  f"{__version__} first; not touched: {', '.join(t.node for t in selected)}\n")
+    return not wrong
 
 
 def _second_pass(cluster, selected, leaving, draining):

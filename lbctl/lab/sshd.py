@@ -58,8 +58,10 @@ class LabSsh:
             fh.write(text)
         return path
 
-    def _sshd_config(self, node):
+    def _sshd_config(self, node, version=None):
         bin_dir = os.path.dirname(sys.executable)
+        if version is not None:
+            bin_dir = self._lbctl_claiming(node, version)
         return self._write(f"sshd_{node.name}", "\n".join([
             f"ListenAddress {node.address}:22",
             f"HostKey {self.dir}/host_key",
@@ -72,10 +74,26 @@ class LabSsh:
             "UsePAM no",
             f"SetEnv LBCTL_ROOT={node.root} PATH={bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", ""]))
 
-    def start(self, name):
+    def _lbctl_claiming(self, node, version):
+        """A folder whose `lbctl` is this one saying it is `version`: a node
+        not yet upgraded.  Its PATH puts it before the real one."""
+        folder = os.path.join(self.dir, f"bin-{node.name}")
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        script = os.path.join(folder, "lbctl")
+        with open(script, "w") as fh:
+            fh.write("#!/bin/sh\n"
+                     f"exec {sys.executable} -c 'import sys, lbctl; "
+                     "lbctl.__version__ = sys.argv.pop(1); "
+                     "from lbctl.cli import main; sys.exit(main())' "
+                     f'{version} "$@"\n')
+        os.chmod(script, 0o755)
+        return f"{folder}:{os.path.dirname(sys.executable)}"
+
+    def start(self, name, version=None):
+        """sshd for node `name`; `version`: the lbctl there claims that version."""
         node = self.lab.nodes[name]
         proc = subprocess.Popen(["ip", "netns", "exec", node.netns, SSHD, "-D", "-e",
-                                 "-f", self._sshd_config(node)],
+                                 "-f", self._sshd_config(node, version)],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.processes[name] = proc
         self.lab._wait_listening(node, 22)
