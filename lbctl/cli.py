@@ -144,6 +144,8 @@ def build_parser():
                    "last applied here, re-read at each scrape)")
     p.add_argument("--listen", metavar="ADDRESS:PORT",
                    help="where to serve /metrics (default 127.0.0.1:9588: this host only)")
+    p.add_argument("--drift-every", metavar="S", type=float, default=60.0,
+                   help="work drift out at most this often, and after each apply (default 60)")
     p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
 
     p = sub.add_parser("lab", parents=[common],
@@ -180,6 +182,8 @@ def _check_arguments(parser, args):
                      "--connections")
     if args.command == "status" and args.interval <= 0:
         parser.error("--interval must be more than 0 seconds")
+    if args.command == "exporter" and args.drift_every <= 0:
+        parser.error("--drift-every must be more than 0 seconds")
     if getattr(args, "connections", False) and args.all:
         parser.error("--connections lists one balancer's table: run it there, without --all")
     if args.command == "rollout" and args.file == "-":

@@ -5,8 +5,10 @@ server (connections, packets, bytes, weight).  This exports the rest, named
 by the cluster file: each worker's health and since when, drains, the file's
 weight beside the kernel's, the VRRP role and how often it changed, the sync
 daemons, drift from the file, and the last apply.  Every scrape reads it all
-afresh; drift (a whole plan) is kept for DRIFT_SECONDS, since a Pi takes a
-moment to make one.
+afresh; drift (a whole plan) is kept for `drift_every` seconds (60 by
+default), since a Pi takes a moment to make one, and made again at once after
+an apply, so a node that an apply brought back in step shows so at the next
+scrape.
 """
 
 import time
@@ -25,10 +27,11 @@ class LbctlCollector:
     None, `drift(cluster)` the number of pending changes (None: not known).
     """
 
-    def __init__(self, root, clusters, snapshot, drift, clock=time.monotonic):
+    def __init__(self, root, clusters, snapshot, drift, clock=time.monotonic,
+                 drift_every=DRIFT_SECONDS):
         self.root, self.clusters, self.snapshot, self.drift = root, clusters, snapshot, drift
-        self.clock = clock
-        self._drift = {}  # {cluster: (when, changes)}
+        self.clock, self.drift_every = clock, drift_every
+        self._drift = {}  # {cluster: (when, last apply's time, changes)}
 
     def collect(self):
         from lbctl.commands.status import drains_here, keepalived_states
@@ -121,18 +124,18 @@ class LbctlCollector:
         ok = GaugeMetricFamily("lbctl_last_apply_success", "1 when the last apply succeeded",
                                labels=["cluster"])
         for cluster in clusters:
-            changes = self._cached_drift(cluster)
+            last = read_last_apply(self.root, cluster.name)
+            changes = self._cached_drift(cluster, None if last is None else last["time"])
             if changes is not None:
                 drift.add_metric([cluster.name], changes)
-            last = read_last_apply(self.root, cluster.name)
             if last is not None:
                 when.add_metric([cluster.name], last["time"])
                 ok.add_metric([cluster.name], 1 if last["ok"] else 0)
         return drift, when, ok
 
-    def _cached_drift(self, cluster):
-        when, changes = self._drift.get(cluster.name, (None, None))
-        if when is None or self.clock() - when >= DRIFT_SECONDS:
+    def _cached_drift(self, cluster, applied_at):
+        when, seen_apply, changes = self._drift.get(cluster.name, (None, None, None))
+        if when is None or self.clock() - when >= self.drift_every or applied_at != seen_apply:
             changes = self.drift(cluster)
-            self._drift[cluster.name] = (self.clock(), changes)
+            self._drift[cluster.name] = (self.clock(), applied_at, changes)
         return changes

@@ -321,9 +321,8 @@ def metric(lab, node, name, **labels):
 
 def test_the_exporter_follows_health_drains_and_failover(lab, pair):
     web = {"service": "web"}
-    exporters = [lab.spawn(node, lab.lbctl_argv("exporter", node=node) + ["--root",
-                                                                          lab.nodes[node].root])
-                 for node in BALANCERS]
+    exporters = [lab.spawn(node, lab.lbctl_argv("exporter", node=node) + [
+        "--root", lab.nodes[node].root, "--drift-every", "2"]) for node in BALANCERS]
     try:
         for node in BALANCERS:
             lab._wait_listening(lab.nodes[node], 9588)
@@ -354,6 +353,14 @@ def test_the_exporter_follows_health_drains_and_failover(lab, pair):
             assert metric(lab, node, "lbctl_worker_weight_kernel", **web, worker="pi2") == 0
         on_both(lab, "undrain", "pi2")
         assert metric(lab, "lb1", "lbctl_worker_drained", **web, worker="pi2") == 0
+
+        # A hand change shows as drift; the apply that undoes it clears it.
+        lab.sh("lb1", ["sysctl", "-q", "-w", "net.ipv4.vs.expire_nodest_conn=0"])
+        lab.wait_for(lambda: metric(lab, "lb1", "lbctl_drift_changes") == 1, timeout=30,
+                     what="lb1's drift after a hand change")
+        applied = lab.lbctl("lb1", "apply", str(pair))
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert metric(lab, "lb1", "lbctl_drift_changes") == 0
 
         # A failover flips the roles, and each side counts the change.
         before = metric(lab, "lb2", "lbctl_vrrp_transitions_total")

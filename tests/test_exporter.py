@@ -108,3 +108,31 @@ def test_listen_must_be_an_ipv4_address_and_a_port(text):
 
 def test_listen_takes_an_address_and_port():
     assert parse_listen("0.0.0.0:9588") == ("0.0.0.0", 9588)
+
+
+def test_drift_is_kept_a_while_but_made_again_at_once_after_an_apply(tmp_path):
+    now, asked = [1000.0], []
+    found = {"pending": 3}
+
+    def drift(cluster):
+        asked.append(now[0])
+        return found["pending"]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LbctlCollector(str(tmp_path), lambda: [cluster_from(PAIR)], lambda: None,
+                                     drift, clock=lambda: now[0], drift_every=30))
+
+    def drift_metric():
+        text = generate_latest(registry).decode()
+        return [line for line in text.splitlines() if line.startswith("lbctl_drift_changes")]
+    assert drift_metric() == ['lbctl_drift_changes{cluster="pi-web"} 3.0']
+    found["pending"] = 0  # an apply that nobody recorded (or a hand fix): seen later
+    now[0] += 10
+    assert drift_metric() == ['lbctl_drift_changes{cluster="pi-web"} 3.0']
+    record_last_apply(str(tmp_path), "pi-web", True, "", now=now[0])
+    assert drift_metric() == ['lbctl_drift_changes{cluster="pi-web"} 0.0']  # at once
+    found["pending"] = 1  # a hand change: seen within drift_every
+    now[0] += 29
+    assert drift_metric() == ['lbctl_drift_changes{cluster="pi-web"} 0.0']
+    now[0] += 1
+    assert drift_metric() == ['lbctl_drift_changes{cluster="pi-web"} 1.0']
+    assert asked == [1000.0, 1010.0, 1040.0]

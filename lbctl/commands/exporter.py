@@ -41,7 +41,8 @@ def run(args, out):
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(LbctlCollector(args.root, clusters, IpvsNetlink().snapshot,
-                                     lambda cluster: _drift(args.root, cluster)))
+                                     lambda cluster: _drift(args.root, cluster),
+                                     drift_every=args.drift_every))
     try:
         server, thread = start_http_server(port, address, registry)
     except OSError as exc:
