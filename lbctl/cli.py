@@ -118,6 +118,9 @@ def build_parser():
             p.add_argument("--force", action="store_true",
                            help="drain even if it leaves a service with no worker taking "
                            "connections")
+            p.add_argument("--check", action="store_true",
+                           help="only say whether this balancer would accept the drain; "
+                           "change nothing (drain --all asks every balancer first)")
         p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
 
     p = sub.add_parser("rollout", parents=[common],

@@ -55,6 +55,9 @@ def test_a_single_netlink_balancer_keeps_a_drain_and_refuses_an_empty_service(la
     assert lab.lbctl("lb1", "plan", str(base), "--detailed-exitcode").returncode == 0
     # dns has two workers: draining both would leave it none.
     assert lab.lbctl("lb1", "drain", "pi1").returncode == 0
+    # drain --all asks each balancer first with --check, which changes nothing.
+    asked = lab.lbctl("lb1", "drain", "pi2", "--check")
+    assert asked.returncode == 64 and "would leave service dns" in asked.stderr, asked.stderr
     refused = lab.lbctl("lb1", "drain", "pi2")
     assert refused.returncode == 64
     assert "would leave service dns with no worker taking new connections (pi1 drained, " \

@@ -207,3 +207,40 @@ def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monke
     assert "/opt/lbctl/bin/pip install --upgrade" in text
     assert text.endswith(f"stopped before any change: pi2 must run lbctl {__version__} first; "
                          "not touched: lb1, lb2, pi1, pi2\n"), text
+
+
+def test_drain_all_asks_every_balancer_first_and_changes_none_when_one_refuses(monkeypatch,
+                                                                                tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_drain
+
+    asked = []
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = {}
+        for t in targets_:
+            asked.append((t.node, tuple(args_for(t))))
+            refuses = t.node == "lb2" and "--check" in args_for(t)
+            found[t.node] = Outcome(t, 64, "", "lbctl: draining pi1 would leave service web "
+                                    "with no worker taking new connections\n") if refuses \
+                else Outcome(t, 0, "pi1 can be drained\n", "")
+        return found
+    monkeypatch.setattr(cluster_drain, "run_on_each", on_each)
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+    args = SimpleNamespace(command="drain", file=str(path), worker="pi1", service=None,
+                           node=None, ssh_config=None, force=False, wait=False, timeout=900)
+    out = io.StringIO()
+    assert cluster_drain.run(args, out) == 1
+    assert [a for _, a in asked] == [("drain", "pi1", "-", "--node", n, "--check")
+                                     for n in ("lb1", "lb2")]  # no drain was made anywhere
+    assert "== lb2 (balancer, 192.168.100.5)" in out.getvalue()
+    assert "would leave service web" in out.getvalue()
+    assert out.getvalue().endswith("stopped before any change: lb2 refused to drain pi1; no "
+                                   "balancer was changed\n")
+    # --force skips the question, as it skips the guard.
+    asked.clear()
+    assert cluster_drain.run(SimpleNamespace(**{**vars(args), "force": True}), io.StringIO()) == 0
+    assert [a[-1] for _, a in asked] == ["--force", "--force"]

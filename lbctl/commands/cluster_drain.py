@@ -19,6 +19,9 @@ def run(args, out):
     if not balancers:
         raise UsageError(f"{args.command} acts on balancers, and --node names none")
     force = getattr(args, "force", False)
+    if args.command == "drain" and not force and not _accepted_everywhere(
+            cluster, balancers, args.worker, args.service, args.ssh_config, out):
+        return 1
     if not on_balancers(cluster, balancers, args.command, args.worker, args.service,
                         args.ssh_config, out, force):
         return 1
@@ -30,6 +33,24 @@ def run(args, out):
         return 0
     return 0 if wait_idle(cluster, balancers, args.worker, args.service, args.timeout,
                           args.ssh_config, out) else 1
+
+
+def _accepted_everywhere(cluster, balancers, worker, service, ssh_config, out):
+    """Ask every balancer whether it would take the drain before any of them
+    does: one that refuses it (it would leave a service with nobody taking
+    connections there) would otherwise leave the pair disagreeing."""
+    flags = ["--service", service] if service else []
+    progress(f"checking that {', '.join(t.node for t in balancers)} accept draining {worker} ...")
+    outcomes = run_on_each(balancers, lambda t: ["drain", worker, "-", "--node", t.node,
+                                                 "--check", *flags], cluster.text, ssh_config)
+    refused = [t for t in balancers if outcomes[t.node].returncode != 0]
+    for target in refused:
+        out.write(node_block(outcomes[target.node], "REFUSED") + "\n")
+    if refused:
+        out.write(f"stopped before any change: {', '.join(t.node for t in refused)} refused "
+                  f"to drain {worker}; no balancer was changed\n")
+    out.flush()
+    return not refused
 
 
 def on_balancers(cluster, balancers, command, worker, service, ssh_config, out, force=False):

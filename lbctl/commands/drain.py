@@ -55,6 +55,9 @@ def run(args, out):
 
             check_capacity(cluster, set(drained_dests(cluster, after)), IpvsNetlink().dump(),
                            args.worker)
+        if getattr(args, "check", False):
+            out.write(f"{args.worker} can be drained on {node}\n")
+            return 0
         write_drains(files, cluster.name, after)
         verb = "undrained" if undrain else "drained"
         out.write(f"{args.worker} {verb} on {node}" + ("" if changed else " already") + ":\n")
