@@ -48,9 +48,11 @@ def execute(plan, adapters):
     handover = [c for c in adds if c.handover]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in handover], handover, report)
     reloaded = 0  # how many of report.done systemd has seen
+    units = [os.path.basename(p) for p in plan.owned_after.files if p.endswith(".service")]
     if daemon:
-        # systemd must know a new or changed unit before it can start it.
-        reloaded = _reload_units(report, files, since=0)
+        # systemd must know a new or changed unit before it can start it, also
+        # one written by an apply cut short before it told systemd.
+        reloaded = _reload_units(report, files, since=0, units=units)
         _run_daemon(adapters, daemon, report, plan.cluster)
     # keepalived has just set these real servers to weight 0 or deleted them,
     # as its new config says; the busy ones drain until a later apply.
@@ -73,9 +75,7 @@ def execute(plan, adapters):
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after,
                        plan.node):
         report.writes += 1
-    _reload_units(report, files, since=reloaded,
-                  units=[os.path.basename(p) for p in plan.owned_after.files
-                         if p.endswith(".service")])
+    _reload_units(report, files, since=reloaded, units=units)
     # A new or changed unit of a long-running lbctl service (the exporter)
     # takes effect once restarted; the boot units run lbctl itself and need none.
     _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),

@@ -82,7 +82,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         layout = KeepalivedLayout(cluster.name, root)
         keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.engine ==
                                        "keepalived" and len(cluster.balancers) > 1)
-    boot = _boot_apply(cluster) if is_balancer else None
+    boot = _boot_apply(cluster, root) if is_balancer else None
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
@@ -113,39 +113,54 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
                        drain_problem)
 
 
-def _boot_apply(cluster):
+def _boot_apply(cluster, root):
     """The saved copy, and the interpreter for the units that run lbctl: the
     netlink engine's boot unit (keepalived brings its balancers back itself)
-    and the exporter's."""
+    and the exporter's.  Checked only where systemd will run them: a --root
+    tree (the lab) holds units no boot reads."""
     python = sys.executable
     needs_python = cluster.engine == "netlink" or cluster.exporter is not None
-    if needs_python:
+    if not re.fullmatch(r"/[A-Za-z0-9_./+-]+", python):
+        if needs_python:
+            raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
+                            "without spaces or special characters")
+    elif needs_python and os.path.abspath(root) == "/":
         require_root_only_python(python)
     return BootApply(strip_saved_copy_header(cluster.text), python)
 
 
-def require_root_only_python(python, package_dir=None):
-    """The units run this Python and this lbctl as root at every boot: whoever
-    can change either (a checkout in /home/pi, a venv a user owns) would get
-    root.  Refuse to write such a unit."""
-    import sysconfig
+# What the unit's `PYTHON -I -m lbctl` imports: lbctl first, then the path.
+_IMPORTS = "import sys, lbctl; print(lbctl.__file__); print(*filter(None, sys.path), sep='\\n')"
 
-    import lbctl
+
+def require_root_only_python(python):
+    """The units run `python -I -m lbctl` as root at every boot: whoever can
+    change that interpreter, the lbctl it imports, or any folder it imports
+    from (a checkout in /home/pi, a venv a user owns, a folder under /tmp)
+    would get root.  Asked of that interpreter itself, as the unit runs it,
+    not of this process, which may import from elsewhere.  Refuse such a unit."""
+    from lbctl.adapters.programs import run
     from lbctl.trust import first_unsafe
 
-    if not re.fullmatch(r"/[A-Za-z0-9_./+-]+", python):
-        raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
-                        "without spaces or special characters")
-    package_dir = package_dir or os.path.dirname(os.path.abspath(lbctl.__file__))
-    # The interpreter, its environment, where its libraries come from, and lbctl.
-    unsafe = first_unsafe([python, sys.prefix, sysconfig.get_paths()["purelib"], package_dir])
+    found = run([python, "-I", "-c", _IMPORTS])
+    if found.returncode != 0:
+        raise NodeError(f"the boot unit would run {python} -I -m lbctl, which cannot import "
+                        "lbctl (installed only for this user, or through PYTHONPATH?): install "
+                        "lbctl as the README's 'Install on a node' says, in /opt/lbctl")
+    package, *path = found.stdout.splitlines()
+    package_dir = os.path.dirname(package)
+    # lbctl's own files one by one (a user's file in root's folder is enough),
+    # and every folder its imports come from.
+    files = [os.path.join(folder, name) for folder, _, names in os.walk(package_dir)
+             for name in names]
+    unsafe = first_unsafe([python, package_dir, *files, *(p for p in path if os.path.exists(p))])
     if unsafe is not None:
-        path, info = unsafe
+        where, info = unsafe
         raise NodeError(
             f"the boot unit would run {python} with lbctl from {package_dir} as root, but "
-            f"{path} is owned by uid {info.st_uid} with mode {info.st_mode & 0o7777:04o}, so "
+            f"{where} is owned by uid {info.st_uid} with mode {info.st_mode & 0o7777:04o}, so "
             "another user could change what root runs: install lbctl where only root can "
-            "write (README, 'Running a real cluster': a venv in /opt/lbctl)")
+            "write (README, 'Install on a node': a venv in /opt/lbctl)")
 
 
 def _link_names():

@@ -255,6 +255,10 @@ def _daemon_start_or_reload(desired, observed, file_changes):
     if changed:
         return [Change(CHANGE, daemon.name, "reload", daemon,
                        note=f" (changed: {', '.join(changed)})")]
+    if not observed.daemon.digest:
+        return [Change(CHANGE, daemon.name, "reload", daemon,
+                       note=" (no record of what it last loaded: the first apply by this "
+                            "lbctl, or one cut short before keepalived took the files)")]
     if observed.daemon.digest != daemon.digest:
         return [Change(CHANGE, daemon.name, "reload", daemon,
                        note=" (it is not known to run the files on disk: a reload was lost, "

@@ -7,6 +7,7 @@ The tests run in order on one small cluster and share its state.
 
 import re
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -61,41 +62,56 @@ def booted(tmp_path_factory):
 
 
 def install_lbctl(nodes, name, version=None):
-    """The README's install, offline: a venv in /opt/lbctl, lbctl built from this
-    checkout into it (its libraries come from the checkout's venv).  `version`
-    builds a copy of the source under that version number: an upgrade."""
+    """The README's install, offline: a venv in /opt/lbctl, the wheel of this
+    checkout (as `./dev.sh wheel` builds it) installed into it, and its
+    libraries copied in from the checkout's venv, as pip would fetch them
+    (lbctl refuses a boot unit whose Python imports from a folder another user
+    could change, such as a checkout under /tmp).  `version` builds the wheel
+    from a copy of the source under that version number: an upgrade."""
+    node_root = Path(nodes.root_of(name))
     source = REPO
     if version is not None:
-        # Inside the node's own root: the node sees nothing of this machine's /run.
-        source = Path("/opt") / f"lbctl-src-{version}"
-        copy = Path(nodes.root_of(name)) / str(source).lstrip("/")
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
+        source = node_root / "opt" / f"lbctl-src-{version}"
+        shutil.rmtree(source, ignore_errors=True)
+        shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
             ".venv", ".git", "build", "*.egg-info", "__pycache__", "dist"))
-        init = copy / "lbctl" / "__init__.py"
+        init = source / "lbctl" / "__init__.py"
         init.write_text(re.sub(r'__version__ = ".*"', f'__version__ = "{version}"',
                                init.read_text()))
-    steps = []
+    # Inside the node's own root: the node sees nothing of this machine's /run.
+    wheels = node_root / "opt" / "lbctl-wheels"
+    shutil.rmtree(wheels, ignore_errors=True)
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index",
+                            "--no-build-isolation", "-w", str(wheels), str(source)],
+                           capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = wheels.glob("lbctl-*.whl")
     if version is None:
-        steps += [["/usr/bin/python3", "-m", "venv", "--without-pip", "/opt/lbctl"],
-                  ["/usr/bin/python3", "-c", (
-                      "import sys, site, pathlib; p = pathlib.Path(sys.argv[1]);"
-                      "p.write_text(sys.argv[2] + '\\n')"),
-                   f"/opt/lbctl/lib/python3.{sys.version_info.minor}/site-packages/lab-libs.pth",
-                   site_packages()],
-                  ["ln", "-sf", LBCTL, "/usr/local/sbin/lbctl"]]
-    steps += [[sys.executable, "-m", "pip", "--python", "/opt/lbctl/bin/python", "install",
-               "-q", "--no-deps", "--no-index", "--no-build-isolation", "--upgrade",
-               str(source)]]
-    for argv in steps:
-        done = nodes.run(name, argv)
-        assert done.returncode == 0, f"{name}: {argv}: {done.stdout}{done.stderr}"
+        for argv in (["/usr/bin/python3", "-m", "venv", "--without-pip", "/opt/lbctl"],
+                     ["ln", "-sf", LBCTL, "/usr/local/sbin/lbctl"]):
+            done = nodes.run(name, argv)
+            assert done.returncode == 0, f"{name}: {argv}: {done.stdout}{done.stderr}"
+        copy_libraries(Path(nodes.root_of(name)) / "opt/lbctl/lib" /
+                       f"python3.{sys.version_info.minor}/site-packages")
+    argv = [sys.executable, "-m", "pip", "--python", "/opt/lbctl/bin/python", "install", "-q",
+            "--no-deps", "--no-index", "--upgrade", f"/opt/lbctl-wheels/{wheel.name}"]
+    done = nodes.run(name, argv)
+    assert done.returncode == 0, f"{name}: {argv}: {done.stdout}{done.stderr}"
 
 
-def site_packages():
-    import sysconfig
+def copy_libraries(site_packages):
+    """lbctl's libraries, file by file from this venv, into another's site-packages."""
+    from importlib.metadata import distribution
 
-    return sysconfig.get_paths()["purelib"]
+    for name in ("PyYAML", "Jinja2", "MarkupSafe", "prometheus_client"):
+        dist = distribution(name)
+        for relative in dist.files:
+            if ".." in relative.parts:
+                continue  # a script outside site-packages
+            source = Path(dist.locate_file(relative))
+            target = site_packages / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
 
 
 def lbctl(name):

@@ -2,7 +2,10 @@
 
 import inspect
 import os
+import shutil
 import stat
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +76,44 @@ def test_a_folder_another_user_could_change_is_refused(tmp_path, owner, mode):
     with pytest.raises(ApplyError, match="it is not a directory"):
         (tmp_path / "run").write_text("")
         FilesRoot(str(tmp_path)).write("/run/lbctl/x", "x\n", 0o644)
+
+
+def test_lbctl_s_own_folders_made_0700_by_an_older_lbctl_are_put_back_to_0755(tmp_path):
+    # An older lbctl made its folders through the umask: under umask 077, 0700,
+    # and keepalived's script user could not reach its check scripts.
+    for folder in ("etc/lbctl/pi-web", "etc/systemd/system"):
+        (tmp_path / folder).mkdir(parents=True)
+    for folder in ("etc/lbctl", "etc/lbctl/pi-web", "etc/systemd/system"):
+        os.chmod(tmp_path / folder, 0o700)
+    files = FilesRoot(str(tmp_path))
+    files.write("/etc/lbctl/pi-web/lbctl-check", "#!/bin/bash\n", 0o755)
+    files.write("/etc/systemd/system/lbctl-pi-web-keepalived.service", "[Unit]\n", 0o644)
+    assert stat.S_IMODE((tmp_path / "etc/lbctl").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "etc/lbctl/pi-web").stat().st_mode) == 0o755
+    # A system folder's mode is the administrator's choice: left as it is.
+    assert stat.S_IMODE((tmp_path / "etc/systemd/system").stat().st_mode) == 0o700
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_a_folder_that_is_a_link_into_a_user_s_tree_is_refused():
+    # Under /run: every folder above is root's alone, unlike pytest's tmp_path in /tmp.
+    tmp_path = Path(tempfile.mkdtemp(dir="/run"))
+    os.chmod(tmp_path, 0o755)
+    user_tree = tmp_path / "home" / "pi"
+    (user_tree / "etc").mkdir(parents=True)
+    os.chown(user_tree, 1000, 1000)  # root's own folder, inside one the user can swap
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / "etc" / "lbctl").symlink_to(user_tree / "etc")
+    try:
+        with pytest.raises(ApplyError, match=f"it leads to {user_tree}/etc, and {user_tree} can "
+                                             "be changed by a user other than root"):
+            FilesRoot(str(root)).write("/etc/lbctl/pi-web.yaml", "x\n", 0o644)
+        os.chown(user_tree, 0, 0)
+        FilesRoot(str(root)).write("/etc/lbctl/pi-web.yaml", "x\n", 0o644)
+        assert (user_tree / "etc" / "pi-web.yaml").read_text() == "x\n"
+    finally:
+        shutil.rmtree(tmp_path)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")

@@ -93,32 +93,64 @@ def test_an_exec_check_the_script_user_cannot_run_is_named_with_the_reason(open_
         keepalived._require_runnable_by(nobody, str(closed / "missing"))
 
 
+@pytest.fixture
+def root_only_folder():
+    """A folder only root can change, all the way up (not under /tmp)."""
+    folder = tempfile.mkdtemp(dir="/run")
+    os.chmod(folder, 0o755)
+    yield Path(folder)
+    shutil.rmtree(folder)
+
+
+def venv_with_lbctl(folder):
+    """A venv in `folder` with lbctl's package copied into its site-packages."""
+    import subprocess
+
+    import lbctl
+
+    venv = folder / "venv"
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(venv)], check=True)
+    site = venv / "lib" / f"python3.{sys.version_info.minor}" / "site-packages"
+    shutil.copytree(os.path.dirname(lbctl.__file__), site / "lbctl",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return venv, site / "lbctl"
+
+
 @needs_root
-def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(open_folder):
+def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(root_only_folder):
     from lbctl.errors import NodeError
     from lbctl.node import require_root_only_python
 
-    require_root_only_python(sys.executable)  # this venv: root's own, in CI and the lab
-    venv = open_folder / "venv"
-    (venv / "bin").mkdir(parents=True)
-    python = venv / "bin" / "python"
-    python.symlink_to(os.path.realpath(sys.executable))
-    package = venv / "lbctl"
-    package.mkdir()
-    require_root_only_python(str(python), str(package))
+    venv, package = venv_with_lbctl(root_only_folder)
+    python = str(venv / "bin" / "python")
+    require_root_only_python(python)
     # A venv in a user's checkout: that user edits lbctl and is root at the next boot.
     os.chown(venv, 1000, 1000)
     with pytest.raises(NodeError, match=f"{venv} is owned by uid 1000 with mode 0755, so another "
                                         "user could change what root runs"):
-        require_root_only_python(str(python), str(package))
+        require_root_only_python(python)
     os.chown(venv, 0, 0)
     os.chmod(package, 0o775)
     with pytest.raises(NodeError, match=f"{package} is owned by uid 0 with mode 0775"):
-        require_root_only_python(str(python), str(package))
-    # /tmp (root's, sticky) may be passed through; a folder anyone can write may not.
+        require_root_only_python(python)
     os.chmod(package, 0o755)
-    os.chmod(open_folder, 0o1777)
-    require_root_only_python(str(python), str(package))
-    os.chmod(open_folder, 0o777)
-    with pytest.raises(NodeError, match=f"{open_folder} is owned by uid 0 with mode 0777"):
-        require_root_only_python(str(python), str(package))
+    os.chown(package / "cli.py", 1000, 1000)  # one file a user may edit is enough
+    with pytest.raises(NodeError, match=f"{package}/cli.py is owned by uid 1000"):
+        require_root_only_python(python)
+    os.chown(package / "cli.py", 0, 0)
+    # A sticky folder such as /tmp protects no name: it is emptied at boot,
+    # and anyone may then claim the path the unit runs.
+    os.chmod(root_only_folder, 0o1777)
+    with pytest.raises(NodeError, match=f"{root_only_folder} is owned by uid 0 with mode 1777"):
+        require_root_only_python(python)
+
+
+@needs_root
+def test_a_python_that_cannot_import_lbctl_isolated_gets_no_boot_unit(root_only_folder):
+    from lbctl.errors import NodeError
+    from lbctl.node import require_root_only_python
+
+    venv, package = venv_with_lbctl(root_only_folder)
+    shutil.rmtree(package)  # lbctl only through PYTHONPATH or a user site: -I drops both
+    with pytest.raises(NodeError, match="cannot import lbctl"):
+        require_root_only_python(str(venv / "bin" / "python"))

@@ -10,7 +10,13 @@ import stat
 import tempfile
 
 from lbctl.errors import ApplyError
-from lbctl.trust import others_can_change
+from lbctl.trust import first_unsafe, others_can_change
+
+
+# lbctl's own folders.  An older lbctl made them through the umask, so under
+# umask 077 they are 0700, and keepalived's script user cannot reach the check
+# scripts and state in them: they are put back to 0755.
+_OWN_FOLDERS = ("/etc/lbctl", "/run/lbctl", "/var/lib/lbctl")
 
 
 def ensure_dir(root, path):
@@ -19,11 +25,11 @@ def ensure_dir(root, path):
     root could change: root would then write where that user points it.
     Returns the real path."""
     me = os.geteuid()  # root on a node; the tests' own user in a private tree
-    current = root
+    current, inside = root, ""
     for part in path.strip("/").split("/"):
         if not part:
             continue
-        current = os.path.join(current, part)
+        current, inside = os.path.join(current, part), f"{inside}/{part}"
         try:
             os.mkdir(current, 0o755)
             os.chmod(current, 0o755)  # mkdir's mode passes through the umask
@@ -32,6 +38,16 @@ def ensure_dir(root, path):
         info = os.stat(current)  # a link such as /var/run -> /run is fine if its target is
         if not stat.S_ISDIR(info.st_mode):
             raise ApplyError("write under", current, "it is not a directory")
+        if os.path.islink(current):
+            unsafe = first_unsafe([os.path.realpath(current)])
+            if unsafe is not None:
+                raise ApplyError("write under", current,
+                                 f"it leads to {os.path.realpath(current)}, and {unsafe[0]} "
+                                 "can be changed by a user other than root")
+        if inside.startswith(_OWN_FOLDERS) and info.st_uid in (0, me) \
+                and stat.S_IMODE(info.st_mode) & 0o755 != 0o755:
+            os.chmod(current, stat.S_IMODE(info.st_mode) | 0o755)
+            info = os.stat(current)
         if others_can_change(info, me):
             raise ApplyError("write under", current,
                              f"it is owned by uid {info.st_uid} with mode "

@@ -254,8 +254,12 @@ def _require_runnable_by(user, program):
     groups = os.getgrouplist(user.pw_name, user.pw_gid)
 
     def can(test, path):
-        return subprocess.run(["/usr/bin/test", test, path], user=user.pw_uid, group=user.pw_gid,
-                              extra_groups=groups, timeout=QUICK).returncode == 0
+        try:
+            return subprocess.run(["/usr/bin/test", test, path], user=user.pw_uid,
+                                  group=user.pw_gid, extra_groups=groups,
+                                  timeout=QUICK).returncode == 0
+        except subprocess.TimeoutExpired:  # a hung network mount: as good as closed
+            return False
 
     if can("-f", program) and can("-x", program):
         return
