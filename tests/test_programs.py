@@ -66,18 +66,26 @@ def test_a_system_account_without_a_login_is_used(monkeypatch):
 
 
 @pytest.fixture
-def open_folder():
-    """A folder every user may enter (pytest's own tmp root is closed to them)."""
-    folder = tempfile.mkdtemp(dir="/var/tmp")
-    os.chmod(folder, 0o755)
-    yield Path(folder)
-    shutil.rmtree(folder)
+def folder_under():
+    """folder_under(PARENT): a fresh folder there, mode 0755, removed after the test.
+    Under /var/tmp every user may enter it (pytest's own tmp root is closed to
+    them); under /run only root can change anything above it (unlike /tmp)."""
+    made = []
+
+    def make(parent):
+        folder = Path(tempfile.mkdtemp(dir=parent))
+        os.chmod(folder, 0o755)
+        made.append(folder)
+        return folder
+    yield make
+    for folder in made:
+        shutil.rmtree(folder)
 
 
 @needs_root
-def test_an_exec_check_the_script_user_cannot_run_is_named_with_the_reason(open_folder):
+def test_an_exec_check_the_script_user_cannot_run_is_named_with_the_reason(folder_under):
     nobody = pwd.getpwnam("nobody")
-    closed = open_folder / "closed"
+    closed = folder_under("/var/tmp") / "closed"
     closed.mkdir(mode=0o700)
     program = closed / "check-web"
     program.write_text("#!/bin/sh\nexit 0\n")
@@ -91,15 +99,6 @@ def test_an_exec_check_the_script_user_cannot_run_is_named_with_the_reason(open_
         keepalived._require_runnable_by(nobody, str(program))
     with pytest.raises(ApplyError, match="does not exist"):
         keepalived._require_runnable_by(nobody, str(closed / "missing"))
-
-
-@pytest.fixture
-def root_only_folder():
-    """A folder only root can change, all the way up (not under /tmp)."""
-    folder = tempfile.mkdtemp(dir="/run")
-    os.chmod(folder, 0o755)
-    yield Path(folder)
-    shutil.rmtree(folder)
 
 
 def venv_with_lbctl(folder):
@@ -117,7 +116,8 @@ def venv_with_lbctl(folder):
 
 
 @needs_root
-def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(root_only_folder):
+def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(folder_under):
+    root_only_folder = folder_under("/run")
     from lbctl.errors import NodeError
     from lbctl.node import require_root_only_python
 
@@ -146,11 +146,11 @@ def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(ro
 
 
 @needs_root
-def test_a_python_that_cannot_import_lbctl_isolated_gets_no_boot_unit(root_only_folder):
+def test_a_python_that_cannot_import_lbctl_isolated_gets_no_boot_unit(folder_under):
     from lbctl.errors import NodeError
     from lbctl.node import require_root_only_python
 
-    venv, package = venv_with_lbctl(root_only_folder)
+    venv, package = venv_with_lbctl(folder_under("/run"))
     shutil.rmtree(package)  # lbctl only through PYTHONPATH or a user site: -I drops both
     with pytest.raises(NodeError, match="cannot import lbctl"):
         require_root_only_python(str(venv / "bin" / "python"))
