@@ -11,7 +11,7 @@ import time
 
 from clusters import WEB_VIP, pair_edited
 from conftest import measured
-from test_keepalived import ALL_WORKERS, ipvs_web_weights, pair  # noqa: F401
+from test_keepalived import ALL_WORKERS, _blob_hashes, ipvs_web_weights, pair  # noqa: F401
 
 PI3_WEB = f"-a -t {WEB_VIP}:80 -r 192.168.100.6:80 -g -w"
 
@@ -159,10 +159,11 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
 
 
 def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(lab, pair):
-    # Six slow clients hold connections open until they are stopped below;
-    # some of them land on pi3.
-    holders = lab.hold_connections(WEB_VIP, 80, 6, 600)
-    lab.wait_for(lambda: sum(active_web(lab).values()) == 6, what="6 connections held")
+    # Short requests first: their entries stay a while in the closing states.
+    lab.ask_web(6)
+    # Six long downloads (1 MiB at 16 KiB/s, about 64 s each); some land on pi3.
+    downloads = lab.traffic("downloads", WEB_VIP, "--count", 6, "--rate", 16 * 1024)
+    lab.wait_for(lambda: sum(active_web(lab).values()) == 6, what="6 downloads running")
     held = active_web(lab)["pi3"]
     assert held > 0, "wrr with pi3 at weight 2 sends it some of the six"
 
@@ -174,6 +175,8 @@ def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(
             break
     assert before == after
     assert sorted(entry_key(c) for c in listed["connections"]) == before
+    states = {c["state"] for c in listed["connections"] if c["service"] == "web"}
+    assert "ESTABLISHED" in states and states - {"ESTABLISHED"}, states  # and closing ones
     pi3 = [c for c in listed["connections"] if c["worker"] == "pi3"]
     assert len(pi3) >= held and {c["service"] for c in pi3} == {"web"}
     assert {c["client"] for c in pi3} == {str(lab.nodes["client"].address)}
@@ -190,22 +193,22 @@ def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(
                                 *lab.lbctl_argv("drain", "pi3", "--wait", "--timeout", "120",
                                                 node="lb1")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # Once the wait shows the held connections, the slow clients give up and
-    # close them (however long the steps above took on the emulated lab).
-    first = waiting.stderr.readline()
-    holders.kill()
-    holders.wait(timeout=60)
     stdout, stderr = waiting.communicate(timeout=180)
-    stderr = first + stderr
     seconds = time.monotonic() - started
-    measured("drain --wait with held connections", seconds=f"{seconds:.1f}")
+    measured("drain --wait with long downloads", seconds=f"{seconds:.1f}")
     assert waiting.returncode == 0, stdout + stderr
     assert "pi3 drained on lb1 already:" in stdout
     assert "pi3 is idle after" in stdout
+    # It returned once pi3's last download had ended, and every download,
+    # those through pi3 included, arrived whole.
+    assert active_web(lab)["pi3"] == 0
+    results = lab.finish(downloads)
+    exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
+    assert len(exact) == len(results) == 6, results
     # The count is shown falling, ending at zero (one line per change off a terminal).
     counts = [int(line.split(": ")[1].split()[0]) for line in stderr.splitlines()
               if line.startswith("draining pi3: ")]
-    assert counts[0] == held and counts[-1] == 0 and counts == sorted(counts, reverse=True), \
+    assert 0 < counts[0] <= held and counts[-1] == 0 and counts == sorted(counts, reverse=True), \
         stderr
     on_both(lab, "undrain", "pi3")
 
@@ -287,6 +290,14 @@ def test_status_watch_in_a_real_terminal_shows_the_pair_live(lab, pair):
         assert pi2[2:5] == ["up", "0", "drained"], screen
         assert float(pi2[7]) == 0.0, screen  # drained: no new connections
         lab.stop_load(load)
+        # A web server stops: its worker shows down within the detection time.
+        lab.web_server("pi3").terminate()
+        try:
+            lab.wait_for(lambda: (row_of(tmux.screen(), "pi3") or [""] * 3)[2] == "down",
+                         timeout=30, what="the watch to show pi3 down")
+            assert row_of(tmux.screen(), "pi3")[3] == "0", tmux.screen()
+        finally:
+            lab.ensure_web_server("pi3")
         # Ctrl-C: lbctl leaves, the screen it drew on goes with it, the cursor is back.
         tmux.keys("C-c")
         lab.wait_for(lambda: tmux.show("#{pane_dead}") == "1", timeout=20, what="lbctl to exit")
