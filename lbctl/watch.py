@@ -2,18 +2,15 @@
 
 Each frame is computed from one IPVS snapshot and the one before it, so the
 rates are what happened during the last interval rather than the kernel's
-slow moving averages.  On a terminal the frame is drawn over the last one
-(cursor home, each line cleared to its end, then the rest of the screen), on
-the alternate screen, so nothing flickers and the shell's screen comes back
-as it was on Ctrl-C.  Elsewhere (a pipe, a log) each frame is printed plainly.
+slow moving averages.  On a terminal, curses draws each frame over the last
+(it sends only what changed, so nothing flickers), follows the terminal's
+size, and gives the shell's screen back as it was on Ctrl-C or `q`.  A
+terminal too small for the frame shows what fits and says how much is cut.
+Elsewhere (a pipe, a log) each frame is printed plainly.
 """
 
 import time
 from dataclasses import dataclass
-
-ENTER = "\x1b[?1049h\x1b[?25l"  # alternate screen, cursor hidden
-LEAVE = "\x1b[?25h\x1b[?1049l"
-HOME, CLEAR_LINE, CLEAR_REST = "\x1b[H", "\x1b[K", "\x1b[J"
 
 
 @dataclass(frozen=True)
@@ -44,7 +41,7 @@ def frame(snapshot, previous, seconds, names, keepalived, now):
     from lbctl.health import for_how_long
 
     lines = [f"lbctl status --watch  {time.strftime('%H:%M:%S', time.localtime(now))}"
-             f"  every {seconds:g}s  (Ctrl-C to leave)"]
+             f"  every {seconds:g}s  (q or Ctrl-C to leave)"]
     health = {}
     for cluster, info in keepalived.items():
         vrrp = info["vrrp"]
@@ -89,12 +86,16 @@ def _bytes(rate):
     return f"{rate:.1f}G"
 
 
-def draw(lines, out, tty):
-    if tty:
-        out.write(HOME + "".join(f"{line}{CLEAR_LINE}\n" for line in lines) + CLEAR_REST)
-    else:
-        out.write("\n".join(lines) + "\n\n")
-    out.flush()
+def fit(lines, height, width):
+    """The lines a height x width screen can show: cut at the right edge, and
+    with a last line saying how many did not fit below."""
+    if height < 1 or width < 2:
+        return []
+    if len(lines) > height:
+        hidden = len(lines) - (height - 1)
+        lines = lines[:height - 1] + [f"... {hidden} more line(s): make the terminal taller"]
+    # curses cannot write the bottom-right cell without scrolling: one column spare.
+    return [line[:width - 1] for line in lines]
 
 
 def watch(read, render, interval, out, sleep=time.sleep, clock=time.monotonic, frames=None):
@@ -102,21 +103,58 @@ def watch(read, render, interval, out, sleep=time.sleep, clock=time.monotonic, f
 
     `read()` returns a snapshot; `render(snapshot, previous, seconds)` its lines.
     """
-    tty = out.isatty()
-    if tty:
-        out.write(ENTER)
+    if out.isatty():
+        return _on_terminal(read, render, interval, clock)
+    previous, taken, drawn = None, None, 0
     try:
-        previous, taken, drawn = None, None, 0
         while frames is None or drawn < frames:
             snapshot, now = read(), clock()
-            draw(render(snapshot, previous, interval if taken is None else now - taken), out, tty)
+            lines = render(snapshot, previous, interval if taken is None else now - taken)
+            out.write("\n".join(lines) + "\n\n")
+            out.flush()
             previous, taken, drawn = snapshot, now, drawn + 1
             if frames is None or drawn < frames:
                 sleep(max(0.0, interval - (clock() - now)))
     except KeyboardInterrupt:
         pass
-    finally:
-        if tty:
-            out.write(LEAVE)
-            out.flush()
     return 0
+
+
+def _on_terminal(read, render, interval, clock):
+    # curses only here: a pipe or the exporter never pays for it.
+    import curses
+
+    def loop(screen):
+        try:
+            curses.curs_set(0)
+        except curses.error:
+            pass  # a terminal that cannot hide its cursor
+        previous, taken, lines = None, None, []
+        while True:
+            snapshot, now = read(), clock()
+            lines = render(snapshot, previous, interval if taken is None else now - taken)
+            previous, taken = snapshot, now
+            while True:
+                _paint(screen, lines)
+                # Wait out the interval on the keyboard: a resize redraws at
+                # once, q leaves, anything else is ignored.
+                screen.timeout(max(0, int((interval - (clock() - now)) * 1000)))
+                key = screen.getch()
+                if key in (ord("q"), ord("Q")):
+                    return
+                if key == -1:
+                    break  # the interval is over: a new frame
+
+    try:
+        curses.wrapper(loop)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _paint(screen, lines):
+    height, width = screen.getmaxyx()
+    screen.erase()
+    for y, line in enumerate(fit(lines, height, width)):
+        screen.addstr(y, 0, line)
+    screen.refresh()

@@ -6,7 +6,7 @@ from ipaddress import IPv4Address
 from helpers import cluster_from
 from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsStats
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.watch import ENTER, HOME, LEAVE, Names, frame, watch
+from lbctl.watch import Names, fit, frame, watch
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
 PI1, PI2 = IPv4Address("192.168.100.3"), IPv4Address("192.168.100.4")
@@ -43,23 +43,85 @@ def test_the_first_frame_takes_the_kernels_rates():
     assert row(lines, "pi1")[6] == "99.0"
 
 
-def test_on_a_terminal_frames_overwrite_in_place_and_ctrl_c_restores_the_screen():
-    class Terminal(io.StringIO):
-        def isatty(self):
-            return True
+# A real terminal: watch() under a pseudo-terminal of a given size, as curses meets it.
+WATCHING = """
+import sys
+from lbctl.watch import watch
+lines = ["lbctl status --watch"] + [f"row {i}" for i in range(int(sys.argv[1]))]
+watch(lambda: None, lambda s, p, t: lines, 0.2, sys.stdout)
+print("left", flush=True)
+"""
 
-    out = Terminal()
-    calls = []
 
-    def sleep(_):
-        calls.append(1)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
+def run_in_a_terminal(rows, height, width, then):
+    """Run watch() in a pty of height x width, send `then` (bytes, or a signal)
+    once a frame is drawn; (exit status, everything the terminal received)."""
+    import fcntl
+    import os
+    import pty
+    import signal
+    import struct
+    import sys
+    import termios
+    import time
 
-    assert watch(lambda: table(1, 1), lambda s, p, t: ["frame"], 1.0, out, sleep=sleep) == 0
-    text = out.getvalue()
-    assert text.startswith(ENTER) and text.endswith(LEAVE)
-    assert text.count(HOME) == 2 and "\x1b[2J" not in text  # never a full clear: no flicker
+    pid, fd = pty.fork()
+    if pid == 0:  # the size is the terminal's before curses asks for it
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+        os.environ["TERM"] = "xterm"
+        # curses takes these over the terminal's own size, and a test runner may set them.
+        os.environ.update(LINES=str(height), COLUMNS=str(width))
+        os.execv(sys.executable, [sys.executable, "-c", WATCHING, str(rows)])
+    received, sent, deadline = b"", False, time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 65536)
+        except OSError:
+            break  # the child closed the terminal
+        received += chunk
+        if not sent and b"row 0" in received:
+            time.sleep(0.5)  # a frame or two more
+            if isinstance(then, bytes):
+                os.write(fd, then)
+            else:
+                os.kill(pid, then)
+            sent = True
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), received
+
+
+def test_on_a_terminal_curses_draws_on_the_alternate_screen_and_ctrl_c_gives_it_back():
+    import signal
+
+    code, seen = run_in_a_terminal(3, 24, 80, signal.SIGINT)
+    assert code == 0
+    assert b"\x1b[?1049h" in seen and b"lbctl status --watch" in seen
+    after = seen[seen.rindex(b"\x1b[?1049l"):]  # the shell's screen is back...
+    assert b"left" in after  # ...and lbctl went on and ended normally
+
+
+def test_q_leaves_the_live_view_like_top():
+    code, seen = run_in_a_terminal(3, 24, 80, b"q")
+    assert code == 0 and b"left" in seen[seen.rindex(b"\x1b[?1049l"):]
+
+
+def test_a_terminal_too_small_shows_what_fits_and_says_what_is_cut():
+    import signal
+
+    code, seen = run_in_a_terminal(40, 10, 30, signal.SIGINT)
+    assert code == 0
+    # 41 lines on 10 rows: 9 of them, then what is cut, itself cut at 29 columns.
+    assert b"... 32 more line(s): make the" in seen and b"make the " not in seen
+    assert b"row 7" in seen and b"row 8" not in seen
+    assert b"\x1b[1;10r" in seen  # curses drew on the 10 rows there are
+
+
+def test_fit_keeps_a_frame_inside_the_screen():
+    lines = ["a" * 50] + [f"r{i}" for i in range(9)]
+    assert fit(lines, 4, 20) == ["a" * 19, "r0", "r1", "... 7 more line(s):"]
+    assert fit(lines[:3], 4, 20) == ["a" * 19, "r0", "r1"]
+    assert fit(lines, 0, 20) == [] and fit(lines, 4, 1) == []
 
 
 def test_into_a_pipe_frames_are_printed_plainly():
