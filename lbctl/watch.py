@@ -9,6 +9,7 @@ terminal too small for the frame shows what fits and says how much is cut.
 Elsewhere (a pipe, a log) each frame is printed plainly.
 """
 
+import sys
 import time
 from dataclasses import dataclass
 
@@ -103,7 +104,7 @@ def watch(read, render, interval, out, sleep=time.sleep, clock=time.monotonic, f
 
     `read()` returns a snapshot; `render(snapshot, previous, seconds)` its lines.
     """
-    if out.isatty():
+    if out.isatty() and sys.stdin.isatty():  # curses reads its keys there
         return _on_terminal(read, render, interval, clock)
     previous, taken, drawn = None, None, 0
     try:
@@ -153,8 +154,13 @@ def _on_terminal(read, render, interval, clock):
 
 
 def _paint(screen, lines):
+    import curses
+
     height, width = screen.getmaxyx()
     screen.erase()
     for y, line in enumerate(fit(lines, height, width)):
-        screen.addstr(y, 0, line)
+        try:
+            screen.addstr(y, 0, line)
+        except curses.error:
+            break  # the terminal shrank under us: the next frame fits again
     screen.refresh()

@@ -264,14 +264,16 @@ def test_rollout_updates_every_worker_under_load_and_fails_no_request(lab, fleet
 def test_a_failing_update_stops_the_rollout_with_its_worker_drained(lab, fleet):
     grown = lab.files / "fleet-grow.yaml"
     # From pi3: its update works, the second worker's (pi4's) fails.
-    failing = '[ "$LBCTL_WORKER" != pi4 ] || exit 3'
+    ran = lab.files / "rollout-ran"
+    failing = f'echo "$LBCTL_WORKER" >> {ran} && [ "$LBCTL_WORKER" != pi4 ] || exit 3'
     rolled = rollout(lab, fleet, grown, "--exec", failing, "--start-at", "pi3")
     assert rolled.returncode == 1
     assert "stopped at pi4: the command exited 3 for pi4." in rolled.stdout, rolled.stdout
     assert "done: pi3; not started: none" in rolled.stdout, rolled.stdout
+    assert ran.read_text() == "pi3\npi4\n"
     resume = re.search(r"to resume once fixed: lbctl rollout (\S+) --exec \.\.\. "
-                       r"(--start-at pi4)", rolled.stdout)
-    assert resume, rolled.stdout
+                       r"--start-at (\S+)", rolled.stdout)
+    assert resume and resume[2] == "pi4", rolled.stdout
     # pi4 stays drained on both balancers; the others serve at the file's weights.
     for node in ("lb1", "lb2"):
         rules = lab.ipvs_rules(node)
@@ -280,11 +282,16 @@ def test_a_failing_update_stops_the_rollout_with_its_worker_drained(lab, fleet):
             assert f"-a -t {WEB_VIP}:80 -r {address}:80 -g -w 1" in rules, rules
     assert "served by pi4" not in " ".join(lab.ask_web(8))
     # The resume it printed, with the command fixed, finishes the job.
-    resumed = rollout(lab, fleet, resume[1], "--exec", "true", resume[2])
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "rolled out to 1 worker(s): pi4" in resumed.stdout, resumed.stdout
-    for node in ("lb1", "lb2"):
-        assert f"-a -t {WEB_VIP}:80 -r 192.168.100.7:80 -g -w 1" in lab.ipvs_rules(node)
+    try:
+        resumed = rollout(lab, fleet, resume[1], "--exec", f'echo "$LBCTL_WORKER" >> {ran}',
+                          "--start-at", resume[2])
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "rolled out to 1 worker(s): pi4" in resumed.stdout, resumed.stdout
+        assert ran.read_text() == "pi3\npi4\npi4\n"
+        for node in ("lb1", "lb2"):
+            assert f"-a -t {WEB_VIP}:80 -r 192.168.100.7:80 -g -w 1" in lab.ipvs_rules(node)
+    finally:
+        fleet.lbctl_all("undrain", "pi4", str(grown))  # whatever happened above
 
 
 def rollout(lab, fleet, cluster_file, *args):

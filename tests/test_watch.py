@@ -59,6 +59,7 @@ def run_in_a_terminal(rows, height, width, then):
     import fcntl
     import os
     import pty
+    import select
     import signal
     import struct
     import sys
@@ -74,6 +75,8 @@ def run_in_a_terminal(rows, height, width, then):
         os.execv(sys.executable, [sys.executable, "-c", WATCHING, str(rows)])
     received, sent, deadline = b"", False, time.monotonic() + 20
     while time.monotonic() < deadline:
+        if not select.select([fd], [], [], 1)[0]:
+            continue  # nothing yet: the deadline still holds
         try:
             chunk = os.read(fd, 65536)
         except OSError:
@@ -86,6 +89,8 @@ def run_in_a_terminal(rows, height, width, then):
             else:
                 os.kill(pid, then)
             sent = True
+    if time.monotonic() >= deadline:
+        os.kill(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     os.close(fd)
     return os.waitstatus_to_exitcode(status), received

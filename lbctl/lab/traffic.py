@@ -135,11 +135,13 @@ def main(argv=None):
     d.add_argument("--count", type=int, required=True)
     d.add_argument("--path", default="/blob")
     d.add_argument("--rate", type=int, required=True, help="bytes per second per download")
+    d.add_argument("--timeout", type=float, default=120, help="seconds before giving up")
     args = parser.parse_args(argv)
     if args.kind == "load":
         result = steady_load(args.address, args.port, args.seconds, args.interval, args.timeout)
     else:
-        result = slow_downloads(args.address, args.port, args.count, args.path, args.rate)
+        result = slow_downloads(args.address, args.port, args.count, args.path, args.rate,
+                                timeout=args.timeout)
     json.dump(result, sys.stdout)
     return 0
 
