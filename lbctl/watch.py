@@ -9,6 +9,7 @@ terminal too small for the frame shows what fits and says how much is cut.
 Elsewhere (a pipe, a log) each frame is printed plainly.
 """
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -156,6 +157,7 @@ def _on_terminal(read, render, interval, clock):
 def _paint(screen, lines):
     import curses
 
+    _follow_the_terminal(screen)
     height, width = screen.getmaxyx()
     screen.erase()
     for y, line in enumerate(fit(lines, height, width)):
@@ -164,3 +166,17 @@ def _paint(screen, lines):
         except curses.error:
             break  # the terminal shrank under us: the next frame fits again
     screen.refresh()
+
+
+def _follow_the_terminal(screen):
+    """ncurses learns of a resize from SIGWINCH, and misses one that comes as
+    lbctl starts (a new tmux pane takes its size then): each frame asks the
+    terminal for its size instead."""
+    import curses
+
+    try:
+        columns, lines = os.get_terminal_size(sys.__stdout__.fileno())
+    except OSError:
+        return
+    if lines > 0 and columns > 0 and (lines, columns) != screen.getmaxyx():
+        curses.resizeterm(lines, columns)

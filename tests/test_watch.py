@@ -45,17 +45,21 @@ def test_the_first_frame_takes_the_kernels_rates():
 
 # A real terminal: watch() under a pseudo-terminal of a given size, as curses meets it.
 WATCHING = """
+import signal
 import sys
 from lbctl.watch import watch
+if len(sys.argv) > 2:  # a resize curses is not told of, as one while lbctl starts
+    signal.signal(signal.SIGWINCH, signal.SIG_IGN)
 lines = ["lbctl status --watch"] + [f"row {i}" for i in range(int(sys.argv[1]))]
 watch(lambda: None, lambda s, p, t: lines, 0.2, sys.stdout)
 print("left", flush=True)
 """
 
 
-def run_in_a_terminal(rows, height, width, then):
+def run_in_a_terminal(rows, height, width, then, resize=None):
     """Run watch() in a pty of height x width, send `then` (bytes, or a signal)
-    once a frame is drawn; (exit status, everything the terminal received)."""
+    once a frame is drawn; (exit status, everything the terminal received).
+    `resize` (height, width): first the terminal takes that size, unknown to curses."""
     import fcntl
     import os
     import pty
@@ -72,7 +76,8 @@ def run_in_a_terminal(rows, height, width, then):
         os.environ["TERM"] = "xterm"
         # curses takes these over the terminal's own size, and a test runner may set them.
         os.environ.update(LINES=str(height), COLUMNS=str(width))
-        os.execv(sys.executable, [sys.executable, "-c", WATCHING, str(rows)])
+        os.execv(sys.executable, [sys.executable, "-c", WATCHING, str(rows)]
+                 + (["unsignalled"] if resize else []))
     received, sent, deadline = b"", False, time.monotonic() + 20
     while time.monotonic() < deadline:
         if not select.select([fd], [], [], 1)[0]:
@@ -84,6 +89,9 @@ def run_in_a_terminal(rows, height, width, then):
         received += chunk
         if not sent and b"row 0" in received:
             time.sleep(0.5)  # a frame or two more
+            if resize:
+                fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *resize, 0, 0))
+                time.sleep(1.0)
             if isinstance(then, bytes):
                 os.write(fd, then)
             else:
@@ -120,6 +128,16 @@ def test_a_terminal_too_small_shows_what_fits_and_says_what_is_cut():
     assert b"... 32 more line(s): make the" in seen and b"make the " not in seen
     assert b"row 7" in seen and b"row 8" not in seen
     assert b"\x1b[1;10r" in seen  # curses drew on the 10 rows there are
+
+
+def test_a_resize_curses_missed_is_followed_at_the_next_frame():
+    import signal
+
+    # 20 rows on 10 lines of 30 columns, then the terminal grows to 30 x 100.
+    code, seen = run_in_a_terminal(20, 10, 30, signal.SIGINT, resize=(30, 100))
+    assert code == 0
+    assert b"more line(s)" in seen  # first cut to 10 lines...
+    assert b"row 19" in seen  # ...then every row fits
 
 
 def test_fit_keeps_a_frame_inside_the_screen():
