@@ -48,11 +48,9 @@ def execute(plan, adapters):
     handover = [c for c in adds if c.handover]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in handover], handover, report)
     reloaded = 0  # how many of report.done systemd has seen
-    units = [os.path.basename(p) for p in plan.owned_after.files if p.endswith(".service")]
     if daemon:
-        # systemd must know a new or changed unit before it can start it, also
-        # one written by an apply cut short before it told systemd.
-        reloaded = _reload_units(report, files, since=0, units=units)
+        # systemd must know a new or changed unit before it can start it.
+        reloaded = _reload_units(report, files, since=0)
         _run_daemon(adapters, daemon, report, plan.cluster)
     # keepalived has just set these real servers to weight 0 or deleted them,
     # as its new config says; the busy ones drain until a later apply.
@@ -75,7 +73,7 @@ def execute(plan, adapters):
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after,
                        plan.node):
         report.writes += 1
-    _reload_units(report, files, since=reloaded, units=units)
+    _reload_units(report, files, since=reloaded)
     # A new or changed unit of a long-running lbctl service (the exporter)
     # takes effect once restarted; the boot units run lbctl itself and need none.
     _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),
@@ -103,24 +101,13 @@ def _run_units(verb, units, files):
             raise ApplyError(verb, f"unit {unit}", done.stderr.strip() or "systemctl failed")
 
 
-def _reload_units(report, files, since, units=()):
-    """Tell systemd about units changed in report.done[since:], or about any of
-    `units` it has not loaded since they were written (a daemon-reload lost to
-    an apply cut short); returns the new mark."""
+def _reload_units(report, files, since):
+    """Tell systemd about units changed in report.done[since:]; returns the new mark."""
     changed = any(c.kind in ("file", "link") and c.key.endswith(".service")
                   for c in report.done[since:])
-    if files.root == "/" and (changed or _systemd_has_stale(units)):
+    if files.root == "/" and changed:
         _systemd_reload()
     return len(report.done)
-
-
-def _systemd_has_stale(units):
-    if not units or not os.path.isdir("/run/systemd/system"):
-        return False
-    from lbctl.adapters.programs import SYSTEMCTL, run
-
-    done = run([SYSTEMCTL, "show", "--property=NeedDaemonReload", "--value", *sorted(units)])
-    return "yes" in done.stdout.split()
 
 
 def _test_daemon_config(plan, adapters):
@@ -220,6 +207,8 @@ def _apply_local(adapters, changes, report):
                     adapters.files.remove(change.key)
                 else:
                     adapters.files.write(change.key, change.new.content, change.new.mode)
+            elif change.kind == "systemd":
+                _systemd_reload()
             elif change.kind == "link":
                 if change.action == REMOVE:
                     adapters.files.remove(change.key)

@@ -109,6 +109,8 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
     observed = observe(desired, owned, adapters, address_list, ipvs_table)
     plan = make_plan(desired, observed, owned, force=force, keep_leaving=keep_leaving,
                      shared_sysctls=shared)
+    if root == "/" and not remove:
+        _reload_stale_units(plan)
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan, drains,
                        drain_problem)
 
@@ -165,3 +167,23 @@ def require_root_only_python(python):
 
 def _link_names():
     return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
+
+
+def _reload_stale_units(plan):
+    """A daemon-reload first, when systemd runs an older copy of a unit of
+    lbctl's than the one on disk: an apply cut short after writing it, or an
+    edit by hand.  Otherwise the next start or restart would use the old one."""
+    written = {c.key for c in plan.changes if c.kind in ("file", "link")}
+    units = sorted(os.path.basename(path) for path in plan.owned_after.files
+                   if path.endswith(".service") and path not in written)
+    if not units or not os.path.isdir("/run/systemd/system"):
+        return
+    from lbctl.adapters.programs import SYSTEMCTL, run
+    from lbctl.plan import CHANGE, Change
+
+    shown = run([SYSTEMCTL, "show", "--property=NeedDaemonReload", "--value", *units])
+    stale = [unit for unit, flag in zip(units, shown.stdout.split()) if flag == "yes"]
+    if stale:
+        plan.changes.insert(0, Change(CHANGE, "systemd", "daemon-reload",
+                                      note=f": {', '.join(stale)} changed on disk since "
+                                           "systemd loaded it"))
