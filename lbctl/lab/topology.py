@@ -266,11 +266,14 @@ class Lab:
         except (OSError, IndexError):
             return None
 
-    def keepalived_log(self, node, lines=25):
-        """The end of the node's keepalived log (lab keepalived logs to a file)."""
+    def keepalived_log(self, node, lines=40):
+        """The end of the node's keepalived log (lab keepalived logs to a file),
+        without the lines of each gratuitous ARP it sends, which would crowd out
+        the state changes."""
         try:
             with open(os.path.join(self._run_dir(node), "keepalived.log")) as fh:
-                return "".join(fh.readlines()[-lines:])
+                kept = [line for line in fh if "Sending gratuitous ARP on" not in line]
+            return "".join(kept[-lines:])
         except OSError as exc:
             return f"(no log: {exc})"
 
