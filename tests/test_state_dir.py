@@ -83,3 +83,31 @@ def test_the_check_script_does_no_arithmetic_with_what_it_reads(tmp_path):
     subprocess.run([str(script), str(state), "1", "3", "0.5", "exec", "127.0.0.1", "80",
                     "--", "/bin/true"], capture_output=True)
     assert state.read_text() == "up 0\n"  # read as down with no count, then one pass rises
+
+
+def _script(tmp_path, name):
+    script = tmp_path / name
+    script.write_text(script_text(name))
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize("trap", ["fifo", "zero"])
+def test_the_hooks_finish_whatever_their_own_files_are(tmp_path, trap):
+    """A hook that never ends holds its lock, and burns a CPU, for ever."""
+    state = tmp_path / "state"
+    state.mkdir()
+    for name in ("vrrp", "vrrp.transitions", "check.state"):
+        if trap == "fifo":
+            os.mkfifo(state / name)
+        else:
+            (state / name).symlink_to("/dev/zero")
+    notify = subprocess.run([_script(tmp_path, "lbctl-notify"), str(state), "vrrp", "lab", "x",
+                             "MASTER"], capture_output=True, text=True, timeout=10)
+    assert notify.returncode == 0, notify.stderr
+    assert (state / "vrrp").read_text().startswith("MASTER ")
+    assert (state / "vrrp.transitions").read_text() == "1\n"
+    check = subprocess.run([_script(tmp_path, "lbctl-check"), str(state / "check.state"), "1",
+                            "3", "0.5", "exec", "127.0.0.1", "80", "--", "/bin/true"],
+                           capture_output=True, text=True, timeout=10)
+    assert check.returncode == 0 and (state / "check.state").read_text() == "up 0\n"
