@@ -8,6 +8,7 @@ A UDP check with a required reply takes only the worker that answers in full,
 however long its answer: for it, pi2 answers with the first bytes only.
 """
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -90,6 +91,10 @@ def test_live_and_silent_udp_workers_take_traffic_dead_and_silent_tcp_do_not(lab
                               "workers": ALL_WORKERS,
                               "health": health}
         return services
+    # From a fresh keepalived: what each kind reports at its first probes.
+    # (keepalived reloaded from another config reports no first failure of its
+    # in-process checks; a known gap, see docs/keepalived.md.)
+    lab.kill_keepalived("lb1", signal.SIGTERM)
     lab.reset(edited(services=with_checked), "health-kinds")
     expected = {name: {"192.168.100.3", "192.168.100.6"} if name in SILENT_UDP_IS_UP
                 else {"192.168.100.3"} for name in SERVICES}
