@@ -92,8 +92,8 @@ def test_live_and_silent_udp_workers_take_traffic_dead_and_silent_tcp_do_not(lab
                               "health": health}
         return services
     # From a fresh keepalived: what each kind reports at its first probes.
-    # (keepalived reloaded from another config reports no first failure of its
-    # in-process checks; a known gap, see docs/keepalived.md.)
+    # (keepalived reloaded from an earlier test's pair config was seen not to
+    # report the first failure of its in-process checks: docs/keepalived.md.)
     lab.kill_keepalived("lb1", signal.SIGTERM)
     lab.reset(edited(services=with_checked), "health-kinds")
     expected = {name: {"192.168.100.3", "192.168.100.6"} if name in SILENT_UDP_IS_UP
