@@ -325,8 +325,10 @@ def test_status_watch_in_a_real_terminal_shows_the_pair_live(lab, pair):
         on_both(lab, "undrain", "pi2")
 
 
-def row_of(screen, worker):
-    line = next((l for l in screen.splitlines() if l.startswith(f"  {worker} ")), None)
+def row_of(screen, worker, port=80):
+    """The worker's row under the web service (the dns service lists it too)."""
+    line = next((l for l in screen.splitlines()
+                 if l.startswith(f"  {worker} ") and f":{port} " in l), None)
     return None if line is None else line.split()
 
 
