@@ -4,6 +4,7 @@
 #   ./dev.sh setup   apt packages and the .venv (idempotent)
 #   ./dev.sh demo    setup, then `lbctl lab demo` on the bundled example
 #   ./dev.sh test    setup, then unit tests and the netns suite
+#   ./dev.sh wheel   dist/lbctl-VERSION-py3-none-any.whl to install on nodes (no root needed)
 #
 # It needs root (apt, network namespaces) and re-runs itself with sudo when
 # started as another user.
@@ -15,12 +16,25 @@ cd "$(dirname "$0")"
 APT_PACKAGES=(
   python3 python3-venv python3-pip      # lbctl itself
   iproute2 kmod procps ipvsadm          # the kernel side lbctl drives, and checks on it
-  keepalived passwd                     # health checks and failover pairs (passwd: useradd)
-  systemd                               # systemd-analyze checks the units lbctl writes
+  keepalived passwd nftables            # health checks and failover pairs (passwd: useradd; nftables: the takeover grace)
+  systemd systemd-container             # systemd-analyze checks lbctl's units; the lab boots nodes with systemd-nspawn
   curl apache2-utils arping tcpdump     # lab clients and captures
+  tmux                                  # the lab reads status --watch off a real terminal
   busybox-static                        # lab web servers, and the lab VM's initramfs
   qemu-system-x86 cpio                  # the lab VM where the kernel has no IPVS
+  openssh-client openssh-server         # --all over ssh, and an sshd in each lab node
 )
+
+if [ "${1:-}" = wheel ]; then
+  # The wheel to install on nodes: no root, no lab packages, only python3-venv.
+  build=$(mktemp -d)
+  trap 'rm -rf "$build"' EXIT
+  python3 -m venv "$build/venv"
+  "$build/venv/bin/python" -m pip install -q --upgrade pip
+  "$build/venv/bin/python" -m pip wheel -q --no-deps -w dist .
+  ls dist/lbctl-*.whl
+  exit 0
+fi
 
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null; then
@@ -47,6 +61,11 @@ setup() {
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
   if [ ${#missing[@]} -gt 0 ]; then
+    if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then
+      # The lab starts its own sshd in each node's namespace; installing the
+      # package must not also open port 22 on this machine.
+      systemctl mask --quiet ssh.service ssh.socket
+    fi
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
   elif [ -z "$(find /var/lib/apt/lists -maxdepth 1 -name '*Packages*' -print -quit)" ]; then
@@ -55,7 +74,8 @@ setup() {
   if [ ! -x .venv/bin/python ]; then
     "$(python_for_venv)" -m venv .venv
   fi
-  .venv/bin/python -m pip install -q --upgrade pip
+  # setuptools 77 or newer builds lbctl offline, as the lab's upgrade test does.
+  .venv/bin/python -m pip install -q --upgrade pip 'setuptools>=77'
   .venv/bin/python -m pip install -q -e '.[test]'
 }
 
@@ -72,6 +92,6 @@ case "${1:-}" in
     exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider \
       --durations=15 ;;
   *)
-    sed -n '2,11p' "$0" >&2
+    sed -n '2,12p' "$0" >&2
     exit 2 ;;
 esac

@@ -17,8 +17,6 @@ Machines are noisy (and the lab VM is emulated): compare the ratios.
 """
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from lbctl.lab.shell import run
+from private_netns import run_benchmark
 
 BALANCER = "10.1.0.1"
 VIP = "10.2.0.1"
@@ -135,18 +134,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--services", type=int, default=1000)
     parser.add_argument("--reals", type=int, default=10)
-    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if not os.path.exists("/proc/net/ip_vs"):
-        subprocess.run(["modprobe", "-q", "ip_vs"], check=False)
-    if not os.path.exists("/proc/net/ip_vs"):
-        sys.exit("bench: this kernel has no IPVS; run: python -m lbctl.lab.vm -- "
-                 f"{sys.executable} {' '.join(sys.argv)}")
-    if not args.inside:
-        # A private network namespace: the benchmark never touches the host's IPVS table.
-        os.execvp("unshare", ["unshare", "--net", "--", sys.executable, os.path.abspath(__file__),
-                              "--inside", "--services", str(args.services), "--reals", str(args.reals)])
-    inside(args)
+    run_benchmark(parser, inside)
 
 
 if __name__ == "__main__":

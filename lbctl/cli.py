@@ -1,62 +1,213 @@
 """Command line: parses arguments, calls one command, turns errors into exit codes.
 
-Exit codes: 0 ok, 1 error, 2 usage (and, for plan --detailed-exitcode,
-pending changes).
+Exit codes: 0 ok, 1 error, 2 pending changes (plan --detailed-exitcode),
+3 a node runs another version of lbctl (--expect-version), 64 usage.
 """
 
 import argparse
 import importlib
+import os
 import sys
 
-from lbctl.errors import ConfigError, LbctlError
+from lbctl import __version__
+from lbctl.errors import EXIT_USAGE, EXIT_VERSION, ConfigError, LbctlError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on their own exit code: 2 means pending changes."""
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _common_flags():
+    """Flags every subcommand takes, after its name as well as before it."""
+    common = Parser(add_help=False)
+    # SUPPRESS: a flag given before the subcommand is not reset by its absence after.
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show tracebacks on errors")
+    common.add_argument("--expect-version", metavar="VERSION", default=argparse.SUPPRESS,
+                        help="exit 3 unless this is lbctl VERSION (--all passes it to every node)")
+    return common
+
+
+def _remote_flags(p):
+    p.add_argument("--all", action="store_true",
+                   help="run on every node of the file over SSH, from this machine")
+    p.add_argument("--ssh-config", metavar="FILE",
+                   help="with --all: an ssh_config(5) file for ssh -F (default: ~/.ssh/config)")
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="lbctl", description="Declarative IPVS direct-routing load balancers.")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    common = _common_flags()
+    parser = Parser(prog="lbctl", parents=[common],
+                    description="Declarative IPVS direct-routing load balancers.")
+    parser.add_argument("--version", action="version", version=f"lbctl {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=Parser)
 
-    p = sub.add_parser("validate", help="check a cluster file")
+    p = sub.add_parser("validate", parents=[common], help="check a cluster file (- reads stdin)")
     p.add_argument("file")
 
     for name, text in (("plan", "show what apply would change on this node"),
                        ("apply", "make this node match the cluster file")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("file")
-        p.add_argument("--node", help="node name (default: found from this host's addresses)")
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("file", help="the cluster file, or - for standard input")
+        p.add_argument("--node", help="this node's name (default: found from this host's "
+                       "addresses); with --all, the nodes to run on: NAME[,NAME...]")
+        _remote_flags(p)
+        p.add_argument("--remove", action="store_true",
+                       help="take away everything lbctl put on the node for this cluster")
         p.add_argument("--force", action="store_true",
                        help="delete removed real servers at once instead of draining them")
-        p.add_argument("--root", default="/",
-                       help="prefix for the files lbctl writes (default /)")
+        if name == "apply":
+            p.add_argument("--keep-leaving", action="store_true",
+                           help="add and change only, and leave removals for a later apply "
+                           "(what --all does on workers before the balancers)")
+        p.add_argument("--root", 
+                       help="prefix for the files lbctl writes (default $LBCTL_ROOT or /)")
         if name == "plan":
             p.add_argument("--detailed-exitcode", action="store_true",
                            help="exit 0 for no changes, 2 for pending changes")
 
-    p = sub.add_parser("status", help="services, real servers, connection sync, health, VRRP, "
-                       "VIPs and ARP settings here")
+    p = sub.add_parser("status", parents=[common],
+                       help="services, real servers, connection sync, health, VRRP, "
+                       "VIPs and ARP settings here (or, with --all, on every node)")
     p.add_argument("file", nargs="?",
                    help="cluster file, to name this node (default: the clusters applied here)")
-    p.add_argument("--node", help="node name (default: found from this host's addresses)")
+    p.add_argument("--node", help="this node's name (default: found from this host's "
+                   "addresses); with --all, the nodes to ask: NAME[,NAME...]")
+    _remote_flags(p)
     p.add_argument("--json", action="store_true")
-    p.add_argument("--root", default="/", help="prefix of lbctl's files (default /)")
+    p.add_argument("--no-drift", action="store_true",
+                   help="with FILE: leave out what apply would change here (faster)")
+    p.add_argument("--connections", action="store_true",
+                   help="list the kernel's IPVS connections, named from FILE or the file "
+                   "last applied here, then counts by state per service and worker")
+    p.add_argument("--watch", action="store_true",
+                   help="a live view, redrawn in place: health, weights, drains, connections "
+                   "and rates per worker, and the VRRP role (Ctrl-C leaves)")
+    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                   help="with --watch: seconds between frames (default 2)")
+    p.add_argument("--service", metavar="NAME", help="with --connections: this service only")
+    p.add_argument("--worker", metavar="NAME", help="with --connections: this worker only")
+    p.add_argument("--client", metavar="CIDR",
+                   help="with --connections: clients in this network only")
+    p.add_argument("--root", 
+                   help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
 
-    p = sub.add_parser("lab", help="the cluster in network namespaces, on this machine")
-    lab = p.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND")
-    d = lab.add_parser("demo", help="build the lab, apply, send traffic, show the result, tear down")
+    for name, text in (("drain", "take a worker out of rotation: weight 0 on every service "
+                         "(or one) until undrain, kept across apply, failover and reboot"),
+                       ("undrain", "give a drained worker its weights from the file back")):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("worker", help="the worker's name in the cluster file")
+        p.add_argument("file", nargs="?", help="the cluster file (default: the one last applied "
+                       "on this balancer); needed with --all")
+        p.add_argument("--service", metavar="NAME", help=f"{name} on this service only")
+        p.add_argument("--node", help="this balancer's name (default: found from this host's "
+                       "addresses); with --all, the balancers to reach: NAME[,NAME...]")
+        _remote_flags(p)
+        if name == "drain":
+            p.add_argument("--wait", action="store_true",
+                           help="show the worker's connections fall and return once it is idle")
+            p.add_argument("--timeout", type=float, default=900, metavar="SECONDS",
+                           help="with --wait: give up (exit 1, still drained) after this long "
+                           "(default 900: IPVS's own timeout for an established TCP "
+                           "connection whose client vanished)")
+            p.add_argument("--force", action="store_true",
+                           help="drain even if it leaves a service with no worker taking "
+                           "connections")
+        p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+
+    p = sub.add_parser("rollout", parents=[common],
+                       help="update every worker in turn with no failed request: drain, "
+                       "wait for idle, run a command, wait for health, undrain")
+    p.add_argument("file", help="the cluster file; the balancers are reached over SSH")
+    p.add_argument("--exec", required=True, metavar="CMD",
+                   help="the update, run here through the shell for each worker, with "
+                   "$LBCTL_WORKER, $LBCTL_WORKER_ADDRESS and $LBCTL_CLUSTER set")
+    p.add_argument("--batch", type=int, default=1, metavar="N",
+                   help="workers taken out at once (default 1)")
+    p.add_argument("--pause", type=float, default=0, metavar="SECONDS",
+                   help="wait between batches (default 0)")
+    p.add_argument("--start-at", metavar="WORKER", help="resume a stopped rollout here")
+    p.add_argument("--timeout", type=float, default=900, metavar="SECONDS",
+                   help="for a worker to go idle, and again to turn healthy (default 900)")
+    p.add_argument("--ssh-config", metavar="FILE",
+                   help="an ssh_config(5) file for ssh -F (default: ~/.ssh/config)")
+
+    p = sub.add_parser("exporter", parents=[common],
+                       help="serve this balancer's health, drains, weights, VRRP role, sync "
+                       "and drift as Prometheus metrics")
+    p.add_argument("file", nargs="?", help="cluster file to name things by (default: those "
+                   "last applied here, re-read at each scrape)")
+    p.add_argument("--listen", metavar="ADDRESS:PORT",
+                   help="where to serve /metrics (default 127.0.0.1:9588: this host only)")
+    p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+
+    p = sub.add_parser("lab", parents=[common],
+                       help="the cluster in network namespaces, on this machine")
+    lab = p.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND",
+                           parser_class=Parser)
+    d = lab.add_parser("demo", parents=[common],
+                       help="build the lab, apply, send traffic, show the result, tear down")
     d.add_argument("file", nargs="?", help="cluster file (default: the bundled failover-pair example)")
     d.add_argument("--requests", type=int, default=12, help="curl requests to show (default 12)")
     return parser
 
 
 COMMANDS = {"validate": "validate", "plan": "plan", "apply": "apply", "status": "status",
-            "lab": "lab"}
+            "drain": "drain", "undrain": "drain", "rollout": "rollout",
+            "exporter": "exporter", "lab": "lab"}
+
+
+def _check_arguments(parser, args):
+    if getattr(args, "all", False):
+        if args.file in (None, "-"):
+            parser.error(f"{args.command} --all needs the cluster file by its path")
+        if getattr(args, "root", None) is not None:
+            parser.error("--root applies on one node; it cannot be combined with --all")
+    elif getattr(args, "node", None) and "," in args.node:
+        parser.error("--node names one node, this one; several need --all")
+    elif getattr(args, "ssh_config", None) and hasattr(args, "all"):
+        parser.error("--ssh-config goes with --all")
+    if args.command == "status" and not args.connections and (
+            args.service or args.worker or args.client):
+        parser.error("--service, --worker and --client go with --connections")
+    if args.command == "status" and args.watch and (args.all or args.json or args.connections):
+        parser.error("--watch is a live view of this balancer: not with --all, --json or "
+                     "--connections")
+    if args.command == "status" and args.interval <= 0:
+        parser.error("--interval must be more than 0 seconds")
+    if getattr(args, "connections", False) and args.all:
+        parser.error("--connections lists one balancer's table: run it there, without --all")
+    if args.command == "rollout" and args.file == "-":
+        parser.error("rollout needs the cluster file by its path")
+    if args.command == "rollout" and args.batch < 1:
+        parser.error("--batch takes at least one worker at a time")
+    if getattr(args, "keep_leaving", False) and (args.remove or args.all):
+        parser.error("--keep-leaving is one node's half of a rollout: not with --remove or --all")
+    if getattr(args, "remove", False) and getattr(args, "force", False):
+        parser.error("--remove deletes every real server at once already; leave out --force")
+    if hasattr(args, "root") and args.root is None:
+        # $LBCTL_ROOT lets a lab's sshd give each node its own file root.
+        args.root = os.environ.get("LBCTL_ROOT") or "/"
 
 
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
-    module = importlib.import_module(f"lbctl.commands.{COMMANDS[args.command]}")
+    _check_arguments(parser, args)
+    debug = getattr(args, "debug", False)
+    expected = getattr(args, "expect_version", None)
+    if expected is not None and expected != __version__:
+        print(f"lbctl: this node runs lbctl {__version__}, not {expected}", file=sys.stderr)
+        return EXIT_VERSION
+    name = COMMANDS[args.command]
+    if getattr(args, "all", False):
+        name = f"cluster_{name}"
+    module = importlib.import_module(f"lbctl.commands.{name}")
     try:
         return module.run(args, sys.stdout)
     except ConfigError as exc:
@@ -64,12 +215,12 @@ def main(argv=None):
             print(diag.format(), file=sys.stderr)
         return 1
     except LbctlError as exc:
-        if args.debug:
+        if debug:
             raise
         print(f"lbctl: {exc}", file=sys.stderr)
         return exc.exit_code
     except PermissionError as exc:
-        if args.debug:
+        if debug:
             raise
         print(f"lbctl: {args.command}: permission denied: {exc.filename or exc}; run as root",
               file=sys.stderr)

@@ -5,7 +5,10 @@ from dataclasses import dataclass
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
 from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
-from lbctl.render.systemd import render_balancer_unit, render_worker_unit, systemd_unit_name
+from lbctl.render.systemd import (
+    render_balancer_unit, render_exporter_unit, render_worker_unit, systemd_unit_name,
+)
+from lbctl.saved import saved_copy
 from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
 
 KEEPALIVED_SCRIPTS = ("lbctl-check", "lbctl-notify")
@@ -34,13 +37,20 @@ def find_node(cluster, local_addresses, requested=None):
         if requested not in cluster.balancers and requested not in cluster.workers:
             known = ", ".join(sorted(list(cluster.balancers) + list(cluster.workers)))
             raise NodeError(f"node {requested!r} is not in {cluster.source} (nodes: {known})")
+        # Never trust the name alone: a wrong host name in ssh.hosts or a swapped
+        # DHCP lease would otherwise give one node another's plan, removals included.
+        address = (cluster.balancers.get(requested) or cluster.workers[requested]).address
+        if address not in local_addresses:
+            raise NodeError(f"node {requested} has address {address}, which this host does not "
+                            "have: is this the right machine? (a static address is needed; "
+                            "check ssh.hosts and ~/.ssh/config)")
         return requested
     matches = sorted({nodes[a] for a in local_addresses if a in nodes})
     if len(matches) == 1:
         return matches[0]
     if not matches:
         raise NodeError(f"none of this host's addresses is a node address in {cluster.source}; "
-                        "run on a node of the cluster or pass --node NAME")
+                        "run on a node of the cluster (a node is known by its address)")
     raise NodeError(f"this host has the addresses of several nodes ({', '.join(matches)}); "
                     "pass --node NAME")
 
@@ -59,7 +69,22 @@ def unit_name(cluster, purpose):
 
 
 def saved_config_path(cluster):
-    return f"/etc/lbctl/{cluster.name}.yaml"
+    return saved_copy(cluster.name)
+
+
+# First line of a balancer's saved copy.  The copy is the cluster file itself,
+# so its format is the file's; the number is there for a later lbctl that
+# saves more than the file to tell old copies from new.
+SAVED_COPY_HEADER = ("# lbctl saved-copy format 1: the cluster file as last applied here, "
+                     "read by the boot unit; edit the file you apply, not this copy\n")
+
+
+def strip_saved_copy_header(text):
+    """The file as the user wrote it: the boot unit applies the saved copy itself,
+    and its header must not be saved again under a new one."""
+    while text.startswith("# lbctl saved-copy format "):
+        text = text.partition("\n")[2]
+    return text
 
 
 @dataclass(frozen=True)
@@ -93,7 +118,22 @@ def leaving_real_servers(cluster, ipvs_services):
     return leaving
 
 
-def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, force=False):
+def _saved_copy(state, cluster, boot):
+    """The file as applied, kept on a balancer: its boot unit applies it, and
+    drain, undrain, status and the exporter read names and weights from it."""
+    if boot is None:
+        return
+    state.files[saved_config_path(cluster)] = FileSpec(SAVED_COPY_HEADER + boot.config_text)
+    if cluster.exporter is not None:
+        listen = cluster.exporter
+        if listen.startswith("node:"):
+            listen = f"{cluster.balancers[state.node].address}:{listen.partition(':')[2]}"
+        _enable(state, unit_name(cluster, "exporter"),
+                render_exporter_unit(cluster.name, state.node, boot.python, listen))
+
+
+def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, force=False,
+                                drained=frozenset(), boot=None):
     """keepalived runs this balancer: lbctl writes its files and keeps it running.
 
     keepalived owns the VIPs (VRRP) and the IPVS table (its checkers add and
@@ -103,10 +143,12 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     next reload, and every connection to it cut.  So while it still has
     connections (`leaving`, from the kernel) it stays in keepalived's config
     at weight 0, without checks, and a later apply drops it once it is idle;
-    `force` drops it at once.
+    `force` drops it at once.  `drained` (DestKeys) stay in at weight 0,
+    checks and all, until `lbctl undrain`.
     """
     from lbctl.render.keepalived import (
-        render_keepalived_conf, render_keepalived_unit, script_text,
+        TAKEOVER_SCRIPT, render_keepalived_conf, render_keepalived_unit, render_takeover_rules,
+        script_text,
     )
 
     state = NodeState("balancer", node, cluster.name)
@@ -114,12 +156,17 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     if not force:
         state.draining = {key for key, spec in state.leaving.items()
                           if spec.in_use(key.service.protocol)}
+    state.drained = set(drained)
     state.sysctls = dict(BALANCER_SYSCTLS)
     if len(cluster.balancers) > 1:
         state.sysctls.update(PAIR_SYSCTLS)
     state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout,
-                                                               state.draining))
+                                                               state.draining, state.drained))
+    _saved_copy(state, cluster, boot)
     scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
+    if len(cluster.balancers) > 1:
+        scripts[layout.takeover] = TAKEOVER_SCRIPT
+        state.files[layout.takeover_rules] = FileSpec(render_takeover_rules(cluster, layout))
     for path, name in scripts.items():
         state.files[path] = FileSpec(script_text(name), 0o755)
     vips = {Address(vip, interface) for vip in cluster.vips}
@@ -130,20 +177,23 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     # A single balancer's unit puts its VIPs back at boot; a pair's come from VRRP.
     boot_vips = [] if len(cluster.balancers) > 1 else sorted(vips)
     _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips))
-    state.daemon = DaemonSpec("keepalived", layout.conf, frozenset([layout.conf, *scripts]))
+    state.daemon = DaemonSpec("keepalived", layout.conf,
+                              frozenset([layout.conf, *scripts, layout.takeover_rules]))
     state.external |= {svc.key for svc in cluster.services.values()}
     for svc in cluster.services.values():
         state.start_services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
         for rs in svc.real_servers:
             # alpha and inhibit_on_failure: a checked server starts at weight 0
             # and gets its weight once a check passes.
-            weight = 0 if svc.health else rs.weight
-            state.start_dests[DestKey(svc.key, rs.address, svc.port)] = DestSpec(weight)
+            key = DestKey(svc.key, rs.address, svc.port)
+            weight = 0 if svc.health or key in state.drained else rs.weight
+            state.start_dests[key] = DestSpec(weight)
     return state
 
 
-def desired_balancer(cluster, node, interface, boot=None):
+def desired_balancer(cluster, node, interface, boot=None, drained=frozenset()):
     state = NodeState("balancer", node, cluster.name)
+    state.drained = set(drained)
     state.sysctls = dict(BALANCER_SYSCTLS)
     # (Under keepalived, its lvs_timeouts sets them at every start instead.)
     state.timeouts = dict(cluster.ipvs_timeouts)
@@ -152,11 +202,12 @@ def desired_balancer(cluster, node, interface, boot=None):
     for svc in cluster.services.values():
         state.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
         for rs in svc.real_servers:
-            state.dests[DestKey(svc.key, rs.address, svc.port)] = DestSpec(rs.weight)
+            key = DestKey(svc.key, rs.address, svc.port)
+            state.dests[key] = DestSpec(0 if key in state.drained else rs.weight)
     if boot is not None:
         # At boot the balancer applies a saved copy of the file, so a reboot
         # brings back the VIPs and the IPVS table without anyone logging in.
-        state.files[saved_config_path(cluster)] = FileSpec(boot.config_text)
+        _saved_copy(state, cluster, boot)
         _enable(state, unit_name(cluster, "balancer"),
                 render_balancer_unit(cluster.name, node, saved_config_path(cluster), boot.python))
     return state
@@ -175,11 +226,14 @@ def desired_worker(cluster, node):
     return state
 
 
-def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None, force=False):
+def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None, force=False,
+                  drained=frozenset()):
     """`layout` (a KeepalivedLayout) is needed on balancers of keepalived clusters,
-    and `leaving` (leaving_real_servers()) there tells which real servers drain."""
+    and `leaving` (leaving_real_servers()) there tells which real servers drain.
+    `drained`: DestKeys `lbctl drain` took out (drains.drained_dests())."""
     if role_of(cluster, node) == "worker":
         return desired_worker(cluster, node)
     if cluster.engine == "keepalived":
-        return desired_keepalived_balancer(cluster, node, interface, layout, leaving, force)
-    return desired_balancer(cluster, node, interface, boot)
+        return desired_keepalived_balancer(cluster, node, interface, layout, leaving, force,
+                                           drained, boot)
+    return desired_balancer(cluster, node, interface, boot, drained)

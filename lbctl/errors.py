@@ -7,6 +7,10 @@ messages and exit codes; nothing else prints tracebacks.
 
 from dataclasses import dataclass
 
+EXIT_CHANGES = 2  # plan --detailed-exitcode: changes are pending
+EXIT_VERSION = 3  # --expect-version: this node runs another lbctl
+EXIT_USAGE = 64  # sysexits EX_USAGE: a command line lbctl cannot run
+
 # Control characters in a quoted source line are shown as their Unicode pictures
 # (one character each, so the caret stays in place), never sent to the terminal.
 _VISIBLE = {code: 0x2400 + code for code in range(0x20) if code != 0x09}
@@ -62,4 +66,4 @@ class LabError(LbctlError):
 
 
 class UsageError(LbctlError):
-    exit_code = 2
+    exit_code = EXIT_USAGE

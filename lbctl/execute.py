@@ -65,13 +65,39 @@ def execute(plan, adapters):
         _drain(adapters, drains, report)
     ipvs_removes = [c for c in removes if c.action == REMOVE and c.kind in IPVS_KINDS]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_removes], ipvs_removes, report)
-    _apply_local(adapters, [c for c in removes if c.kind not in IPVS_KINDS], report)
+    local_removes = [c for c in removes if c.kind not in IPVS_KINDS]
+    _run_units("stop", _lbctl_services(local_removes), files)  # before their unit goes
+    _apply_local(adapters, local_removes, report)
 
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after,
                        plan.node):
         report.writes += 1
     _reload_units(report, files, since=reloaded)
+    # A new or changed unit of a long-running lbctl service (the exporter)
+    # takes effect once restarted; the boot units run lbctl itself and need none.
+    _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),
+               files)
     return report
+
+
+LBCTL_SERVICE_SUFFIX = "-exporter.service"
+
+
+def _lbctl_services(changes):
+    return sorted({os.path.basename(c.key) for c in changes
+                   if c.kind == "file" and c.key.endswith(LBCTL_SERVICE_SUFFIX)})
+
+
+def _run_units(verb, units, files):
+    """systemctl VERB for lbctl's own services; without systemd (the lab) nothing."""
+    if not units or files.root != "/" or not os.path.isdir("/run/systemd/system"):
+        return
+    import subprocess
+
+    for unit in units:
+        done = subprocess.run(["systemctl", verb, unit], capture_output=True, text=True)
+        if done.returncode != 0 and verb != "stop":
+            raise ApplyError(verb, f"unit {unit}", done.stderr.strip() or "systemctl failed")
 
 
 def _reload_units(report, files, since):

@@ -59,7 +59,7 @@ def settle_seconds(cluster):
     return cluster.health_settle_seconds + 3
 
 
-def ipvs_drift(cluster, reported, services, draining=frozenset()):
+def ipvs_drift(cluster, reported, services, draining=frozenset(), drained=frozenset()):
     """(problems, unchecked): how IPVS differs from the file and current health.
 
     `services` is the IPVS dump.  A real server belongs in the table when its
@@ -67,7 +67,8 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
     that no check has passed yet (keepalived's alpha mode, listed as
     unchecked), is absent or at weight 0 (inhibit_on_failure).
     `draining` (DestKeys) are real servers the file dropped that stay at
-    weight 0 until their connections end.
+    weight 0 until their connections end; `drained` (DestKeys) are those
+    `lbctl drain` took out, at weight 0 whatever their health.
     """
     table = {s.key: s for s in services if s.key is not None}
     problems, unchecked = [], []
@@ -90,6 +91,7 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
                 unchecked.append(f"{svc.name}/{rs.worker}")
             wanted = health is not None and health.state == "up"
             where = f"service {svc.name}: worker {rs.worker} ({rs.address}:{svc.port})"
+            weight = 0 if DestKey(svc.key, rs.address, svc.port) in drained else rs.weight
             if wanted and dest is None:
                 problems.append(f"{where} is healthy but not in IPVS")
             elif not wanted and health is not None and dest is not None and dest.weight != 0:
@@ -97,8 +99,9 @@ def ipvs_drift(cluster, reported, services, draining=frozenset()):
                 # weight 0 so its connections finish; only traffic is wrong.
                 problems.append(f"{where} is {health.state} but still takes traffic in IPVS "
                                 f"(weight {dest.weight})")
-            elif wanted and dest.weight != rs.weight:
-                problems.append(f"{where} has weight {dest.weight}, the file says {rs.weight}")
+            elif wanted and dest.weight != weight:
+                said = "it is drained" if weight != rs.weight else f"the file says {rs.weight}"
+                problems.append(f"{where} has weight {dest.weight}, {said}")
         for address, port in sorted(dests):
             if DestKey(svc.key, address, port) in draining:
                 if dests[(address, port)].weight != 0:
@@ -121,7 +124,8 @@ def timeout_drift(cluster, timeouts):
 
 
 def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2, draining=frozenset(),
-                  confirm_after=1.0, clock=time.monotonic, sleep=time.sleep):
+                  drained=frozenset(), confirm_after=1.0, clock=time.monotonic,
+                  sleep=time.sleep):
     """Poll until IPVS matches (no problems, every server checked) or time runs out.
 
     keepalived changes IPVS first and runs the notify hook after, so a check
@@ -132,7 +136,7 @@ def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2, draining=frozense
     deadline = clock() + timeout
     while True:
         reported = read_state_dir(state_dir)
-        problems, unchecked = ipvs_drift(cluster, reported, dump(), draining)
+        problems, unchecked = ipvs_drift(cluster, reported, dump(), draining, drained)
         if not problems and not unchecked:
             return problems, unchecked, reported
         if clock() >= deadline:
@@ -141,7 +145,7 @@ def wait_for_ipvs(cluster, state_dir, dump, timeout, poll=0.2, draining=frozense
     if problems:
         sleep(confirm_after)
         reported = read_state_dir(state_dir)
-        again, unchecked = ipvs_drift(cluster, reported, dump(), draining)
+        again, unchecked = ipvs_drift(cluster, reported, dump(), draining, drained)
         problems = [p for p in again if p in problems]
     return problems, unchecked, reported
 

@@ -1,6 +1,6 @@
 """Everything plan and apply need about this node, gathered in one place.
 
-Validation and node lookup run before pyroute2 is imported, so a bad file is
+Validation runs before anything on the node is read, so a bad file is
 reported fast and without touching the kernel.
 """
 
@@ -12,11 +12,15 @@ from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
-from lbctl.desired import BootApply, desired_state, find_node, leaving_real_servers, role_of
+from lbctl.drains import NewerDrainRecord, drained_dests, read_drains
+from lbctl.desired import (
+    BootApply, desired_state, find_node, leaving_real_servers, role_of, strip_saved_copy_header,
+)
 from lbctl.errors import NodeError
 from lbctl.observe import node_interface, observe
-from lbctl.ownership import read_ownership
+from lbctl.ownership import read_ownership, sysctls_of_other_clusters
 from lbctl.plan import make_plan
+from lbctl.state import NodeState
 
 
 @dataclass
@@ -28,6 +32,8 @@ class NodeContext:
     owned: object
     adapters: Adapters
     plan: object
+    drains: dict  # {worker: Drain} on a balancer: what `lbctl drain` took out
+    drain_problem: str | None = None  # the drain record could not be read
 
 
 def connected_networks(address_list, ifname):
@@ -47,22 +53,26 @@ def check_real_servers_reachable(cluster, address_list, ifname):
                                 "direct routing needs the workers on the balancer's LAN")
 
 
-def load_node(path, node=None, root="/", force=False):
-    cluster = load_cluster(path)
-    from lbctl.adapters.addrs import AddressNetlink, local_ipv4_addresses
+def load_node(path, node=None, root="/", force=False, remove=False, cluster=None,
+              keep_leaving=False):
+    """`remove`: the node is to hold nothing of the cluster's (apply --remove).
+    `cluster`: the file already loaded, so standard input is read only once."""
+    cluster = cluster or load_cluster(path)
+    from lbctl.adapters.addrs import AddressIp
     from lbctl.adapters.files import FilesRoot
     from lbctl.adapters.sysctl import SysctlProc
 
-    name = find_node(cluster, local_ipv4_addresses(), node)
-    addresses = AddressNetlink()
+    addresses = AddressIp()
     address_list = addresses.list()
+    name = find_node(cluster, {ip for ip, _prefix, _ifname in address_list}, node)
     ifname = node_interface(cluster, name, address_list)
     if not any(n == ifname for _, _, n in address_list) and ifname not in _link_names():
         raise NodeError(f"node {name}: interface {ifname} does not exist on this host")
     is_balancer = role_of(cluster, name) == "balancer"
     ipvs = keepalived = layout = None
     if is_balancer:
-        check_real_servers_reachable(cluster, address_list, ifname)
+        if not remove:
+            check_real_servers_reachable(cluster, address_list, ifname)
         from lbctl.adapters.ipvs import IpvsNetlink
         from lbctl.adapters.keepalived import KeepalivedProcess
         from lbctl.render.keepalived import KeepalivedLayout
@@ -70,27 +80,49 @@ def load_node(path, node=None, root="/", force=False):
         ipvs = IpvsNetlink()
         # Also for the netlink engine: a balancer leaving keepalived stops it.
         layout = KeepalivedLayout(cluster.name, root)
-        keepalived = KeepalivedProcess(layout)
-    boot = _boot_apply(cluster) if is_balancer and cluster.engine == "netlink" else None
+        keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.engine ==
+                                       "keepalived" and len(cluster.balancers) > 1)
+    boot = _boot_apply(cluster) if is_balancer else None
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}
-    desired = desired_state(cluster, name, ifname, boot=boot, layout=layout,
-                            leaving=leaving, force=force)
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
                         files=FilesRoot(root), keepalived=keepalived)
-    owned = read_ownership(adapters.files, adapters.ownership_dir, cluster.name)
+    drains, drain_problem = {}, None
+    if is_balancer and not remove:
+        try:
+            drains = read_drains(adapters.files, cluster.name)
+        except NewerDrainRecord:
+            raise
+        except NodeError as exc:
+            # Refusing would keep a rebooted balancer's boot unit from bringing
+            # its VIPs back: one drained worker taking traffic again is the
+            # smaller harm, and apply says so on every run.
+            drain_problem = f"{exc}; applied as if no worker were drained"
+    if remove:
+        desired = NodeState(role_of(cluster, name), name, cluster.name)
+    else:
+        desired = desired_state(cluster, name, ifname, boot=boot, layout=layout,
+                                leaving=leaving, force=force,
+                                drained=set(drained_dests(cluster, drains)))
+    owned = read_ownership(adapters.files, adapters.ownership_dir, cluster.name, strict=remove)
+    shared = sysctls_of_other_clusters(adapters.files, root, adapters.ownership_dir, cluster.name)
     observed = observe(desired, owned, adapters, address_list, ipvs_table)
-    plan = make_plan(desired, observed, owned, force=force)
-    return NodeContext(cluster, name, desired, observed, owned, adapters, plan)
+    plan = make_plan(desired, observed, owned, force=force, keep_leaving=keep_leaving,
+                     shared_sysctls=shared)
+    return NodeContext(cluster, name, desired, observed, owned, adapters, plan, drains,
+                       drain_problem)
 
 
 def _boot_apply(cluster):
-    """The saved copy and interpreter for a balancer's boot unit."""
+    """The saved copy, and the interpreter for the units that run lbctl: the
+    netlink engine's boot unit (keepalived brings its balancers back itself)
+    and the exporter's."""
     python = sys.executable
-    if not re.match(r"^/[A-Za-z0-9_./+-]+$", python):
+    needs_python = cluster.engine == "netlink" or cluster.exporter is not None
+    if needs_python and not re.match(r"^/[A-Za-z0-9_./+-]+$", python):
         raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
                         "without spaces or special characters")
-    return BootApply(cluster.text, python)
+    return BootApply(strip_saved_copy_header(cluster.text), python)
 
 
 def _link_names():

@@ -48,7 +48,7 @@ def observe(desired, owned, adapters, address_list, ipvs_table=None):
                     d.weight, d.forward, d.active, d.inactive)
     if adapters.ipvs is not None and (desired.timeouts or owned.timeouts):
         state.timeouts = adapters.ipvs.timeouts()
-    for key in desired.sysctls:
+    for key in set(desired.sysctls) | set(owned.sysctls):
         value = adapters.sysctls.read(key)
         if value is not None:
             state.sysctls[key] = value

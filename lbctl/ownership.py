@@ -6,7 +6,12 @@ import re
 from ipaddress import IPv4Address
 
 from lbctl.config.model import IPVS_TIMEOUTS, ServiceKey
+from lbctl.errors import NodeError
 from lbctl.state import Address, Ownership
+
+# The record's layout.  A later lbctl that changes it raises this and reads
+# older formats; this one refuses a newer record instead of misreading it.
+RECORD_FORMAT = 1
 
 _SERVICE_RE = re.compile(r"^(tcp|udp) ([0-9.]+):(\d+)$")
 _ADDRESS_RE = re.compile(r"^([0-9.]+)/(\d+) dev (\S+)$")
@@ -18,18 +23,25 @@ def record_path(ownership_dir, cluster_name):
 
 def encode(owned, node=None):
     # The node is kept so that `lbctl status` without the file can name it.
-    named = {"node": node} if node else {}
+    named = {"format": RECORD_FORMAT} | ({"node": node} if node else {})
     return json.dumps(named | {
         "services": sorted(str(k) for k in owned.services),
         "addresses": sorted(str(a) for a in owned.addresses),
         "files": sorted(owned.files),
         "links": sorted(owned.links),
-    } | ({"timeouts": dict(sorted(owned.timeouts.items()))} if owned.timeouts else {}),
+    } | ({"timeouts": dict(sorted(owned.timeouts.items()))} if owned.timeouts else {})
+      | ({"sysctls": dict(sorted(owned.sysctls.items()))} if owned.sysctls else {}),
         indent=2) + "\n"
 
 
-def decode(text):
+def decode(text, path="the ownership record"):
     data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    written = data.get("format", 1)  # records before 0.2 had no format: they are format 1
+    if not isinstance(written, int) or written > RECORD_FORMAT:
+        raise NodeError(f"{path} was written by a newer lbctl (record format {written}; this "
+                        f"lbctl reads up to {RECORD_FORMAT}): upgrade lbctl on this node")
     services = set()
     for item in data.get("services", []):
         m = _SERVICE_RE.match(item)
@@ -42,20 +54,38 @@ def decode(text):
             addresses.add(Address(IPv4Address(m[1]), m[3], int(m[2])))
     timeouts = {name: value for name, value in data.get("timeouts", {}).items()
                 if name in IPVS_TIMEOUTS and isinstance(value, int) and value > 0}
+    sysctls = {name: value for name, value in data.get("sysctls", {}).items()
+               if name.startswith("net.") and (value is None or isinstance(value, str))}
     return Ownership(services, addresses, set(data.get("files", [])), set(data.get("links", [])),
-                     timeouts)
+                     timeouts, sysctls, legacy="format" not in data)
 
 
-def read_ownership(files, ownership_dir, cluster_name):
-    found = files.read(record_path(ownership_dir, cluster_name))
+def read_ownership(files, ownership_dir, cluster_name, strict=False):
+    """`strict` (apply --remove): a damaged record is an error, since without it
+    lbctl would find nothing to remove and say it had removed everything."""
+    path = record_path(ownership_dir, cluster_name)
+    found = files.read(path)
     if found is None:
         return Ownership()
     try:
-        return decode(found[0])
-    except ValueError:
+        return decode(found[0], path)
+    except ValueError as exc:
+        if strict:
+            raise NodeError(f"{path} is damaged ({exc}), so what lbctl made here is not "
+                            "known: remove it by hand, or restore the record") from None
         # A damaged record must not stop an apply; lbctl then owns only what
         # the file declares, the safe direction.
         return Ownership()
+
+
+def sysctls_of_other_clusters(files, root, ownership_dir, cluster_name):
+    """Sysctls that other clusters applied here also set (the ARP settings on
+    `all`): taking one cluster away must leave them to the others."""
+    keys = set()
+    for name, _node in applied_here(root, ownership_dir):
+        if name != cluster_name:
+            keys |= set(read_ownership(files, ownership_dir, name).sysctls)
+    return keys
 
 
 def applied_here(root, ownership_dir):
@@ -78,8 +108,14 @@ def applied_here(root, ownership_dir):
 def write_ownership(files, ownership_dir, cluster_name, owned, node=None):
     """Write the record if it changed; returns True when it wrote."""
     path = record_path(ownership_dir, cluster_name)
-    text = encode(owned, node)
     current = files.read(path)
+    if owned.empty:
+        # Nothing of the cluster's is left here (apply --remove): nor is its record.
+        if current is None:
+            return False
+        files.remove(path)
+        return True
+    text = encode(owned, node)
     if current is not None and current[0] == text:
         return False
     files.write(path, text, 0o644)

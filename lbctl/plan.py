@@ -44,6 +44,8 @@ class Plan:
     # Ownership to record before the changes run, and after they all succeed.
     owned_before: Ownership = field(default_factory=Ownership)
     owned_after: Ownership = field(default_factory=Ownership)
+    # Removals held back (keep_leaving): a later apply makes them.
+    deferred: list = field(default_factory=list)
 
     @property
     def empty(self):
@@ -62,8 +64,14 @@ def _service_note(spec):
     return f" scheduler {spec.scheduler}{flags}{persist}"
 
 
-def make_plan(desired, observed, owned, force=False):
-    """Changes that take `observed` to `desired` on this node."""
+def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_sysctls=()):
+    """Changes that take `observed` to `desired` on this node.
+
+    `keep_leaving`: additions and changes only.  `apply --all` applies the
+    workers so before the balancers: a worker keeps an old VIP until no
+    balancer sends it traffic for that VIP any more, then a second pass
+    removes it.
+    """
     plan = Plan(desired.node, desired.role, desired.cluster)
     adds, removes = [], []
     # Stopping a daemon comes first: it takes its VIPs and services with it,
@@ -73,8 +81,13 @@ def make_plan(desired, observed, owned, force=False):
     # Sysctls before addresses: a worker must ignore ARP for the VIP before it
     # holds the VIP, or for a moment it answers ARP for it on the LAN and
     # clients send their traffic to the worker instead of the balancer.
+    sysctl_originals = {}
     for key, value in desired.sysctls.items():
         now = observed.sysctls.get(key)
+        if key not in owned.sysctls:
+            # None: the key did not exist yet (ip_vs not loaded), or an older
+            # lbctl set it already: there is no value of the node's own to put back.
+            sysctl_originals[key] = None if owned.legacy else now
         if now != value:
             shown = " ".join(value.split())  # vector values read back tab-separated
             adds.append(Change(CHANGE, "sysctl", key, value, now,
@@ -135,7 +148,12 @@ def make_plan(desired, observed, owned, force=False):
         if path in observed.files:
             removes.append(Change(REMOVE, "file", path))
     removes += restores
+    # Last, after the VIPs have gone: a worker answers ARP again only once it
+    # no longer holds a VIP.
+    removes += _sysctl_restores(desired, observed, owned, shared_sysctls)
 
+    if keep_leaving:
+        plan.deferred, removes = removes, []
     plan.changes = stops + adds + removes
     desired_owned = Ownership.of(desired)
     plan.owned_before = owned.union(desired_owned)
@@ -145,7 +163,21 @@ def make_plan(desired, observed, owned, force=False):
     # Under keepalived none are lbctl's: keepalived restores its own on stop.
     plan.owned_after.timeouts = {name: value for name, value in plan.owned_before.timeouts.items()
                                  if name in desired.timeouts}
+    plan.owned_before.sysctls = owned.sysctls | sysctl_originals
+    plan.owned_after.sysctls = {key: value for key, value in plan.owned_before.sysctls.items()
+                                if key in desired.sysctls}
+    if plan.deferred:
+        plan.owned_after = plan.owned_before  # still ours until they are removed
     return plan
+
+
+def _sysctl_restores(desired, observed, owned, shared=()):
+    """Sysctls lbctl set that the node no longer wants, back to their values from before."""
+    return [Change(REMOVE, "sysctl", key, before, observed.sysctls.get(key),
+                   f" = {before}, as before lbctl set it (now {observed.sysctls.get(key)})")
+            for key, before in sorted(owned.sysctls.items())
+            if key not in desired.sysctls and before is not None and key not in shared
+            and observed.sysctls.get(key) not in (None, before)]
 
 
 def _handover(desired, observed):
@@ -244,6 +276,12 @@ def _dest_removal(key, spec, force, through=IPVS):
                       note=f" draining (weight 0, {busy} {what};"
                            " deleted once idle, or now with --force)")
     return Change(REMOVE, "real server", key, old=spec, note=" (idle)", through=through)
+
+
+# How `apply --keep-leaving` names what it held back, and how a balancer names
+# the real servers still draining; `apply --all` looks for both.
+DEFERRED_MARK = "left for the next apply"
+DRAINING_MARK = "still draining on this balancer"
 
 
 def format_plan(plan):

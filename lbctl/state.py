@@ -90,6 +90,8 @@ class NodeState:
     # daemon's config at weight 0 until their connections end.
     leaving: dict = field(default_factory=dict)  # {DestKey: DestSpec}
     draining: set = field(default_factory=set)  # {DestKey}
+    # Real servers an operator drained (lbctl drain): weight 0 until undrain.
+    drained: set = field(default_factory=set)  # {DestKey}
     # keepalived engine: the IPVS table keepalived builds when it starts.  It
     # adds each entry and takes "already exists" as done, so an entry the
     # kernel still holds (from the netlink engine, or a keepalived that died)
@@ -118,11 +120,22 @@ class Ownership:
     # IPVS timeouts lbctl set, each with the kernel's value before it did, so
     # that a file which stops setting one gives the kernel its own back.
     timeouts: dict = field(default_factory=dict)  # {"tcp": seconds before lbctl}
+    # The same for sysctls: each with its value before lbctl first set it, for
+    # `apply --remove` (and a file that stops wanting one) to put back.
+    sysctls: dict = field(default_factory=dict)  # {"net.ipv4...": "0"}
+    # A record from before lbctl 0.2 kept no values from before: the sysctls
+    # it set are recorded as unknown rather than as lbctl's own values.
+    legacy: bool = False
 
     def union(self, other):
         return Ownership(self.services | other.services, self.addresses | other.addresses,
                          self.files | other.files, self.links | other.links,
-                         other.timeouts | self.timeouts)
+                         other.timeouts | self.timeouts, other.sysctls | self.sysctls)
+
+    @property
+    def empty(self):
+        return not (self.services or self.addresses or self.files or self.links
+                    or self.timeouts or self.sysctls)
 
     @classmethod
     def of(cls, state):

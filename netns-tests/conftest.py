@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from clusters import BASE, TOPOLOGY, write_cluster  # noqa: E402
+from clusters import BASE, TOPOLOGY, WEB_VIP, write_cluster  # noqa: E402
 from lbctl.config import load_cluster  # noqa: E402
 from lbctl.lab.topology import Lab  # noqa: E402
 
@@ -32,6 +33,20 @@ def pytest_sessionstart(session):
 
 
 MEASUREMENTS = []  # what the tests measured, printed at the end of every run
+# Steady loads and captures started by tests; one a failed test left running is stopped.
+LOADS = []
+
+
+@pytest.fixture(autouse=True)
+def no_stray_load():
+    """A test that fails before it stops its load must not leave it running into
+    the next test's traffic counts and connection tables."""
+    yield
+    for load in LOADS:
+        if load.poll() is None:
+            load.kill()
+            load.wait()
+    LOADS.clear()
 
 
 def measured(title, **figures):
@@ -50,8 +65,8 @@ def pytest_terminal_summary(terminalreporter):
 class ClusterLab(Lab):
     """The lab plus the helpers the tests share."""
 
-    def __init__(self, topology_file, workdir):
-        super().__init__(load_cluster(topology_file), topology_file)
+    def __init__(self, topology_file, workdir, prefix="lab"):
+        super().__init__(load_cluster(topology_file), topology_file, prefix)
         self.files = workdir
 
     def write(self, name, spec):
@@ -60,6 +75,11 @@ class ClusterLab(Lab):
     def reset(self, spec=BASE, name="base"):
         """Back to a known cluster on every node, draining nothing."""
         path = self.write(name, spec)
+        # No worker stays drained from an earlier test (lbctl drain's record).
+        for node in self.nodes.values():
+            drained = Path(node.root) / "var/lib/lbctl/drained"
+            for record in drained.glob("*.json") if drained.is_dir() else ():
+                record.unlink()
         # A balancer the file leaves out stops its keepalived, which takes the
         # VIPs and services with it; lbctl does not manage nodes outside the file.
         for node in set(self.cluster.balancers) - set(spec["balancers"]):
@@ -67,6 +87,58 @@ class ClusterLab(Lab):
         for node, result in self.apply_all(path, extra=("--force",)).items():
             assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
         return path
+
+    def start_load(self, interval=0.05, timeout=5, vip=WEB_VIP):
+        """A request every `interval` until stop_load(), each given `timeout` s."""
+        load = self.traffic("load", vip, "--seconds", 900, "--interval", interval,
+                            "--timeout", timeout)
+        LOADS.append(load)
+        time.sleep(1)
+        return load
+
+    def start_capture(self):
+        """tcpdump on the LAN bridge: the client's web traffic, ARP and VRRP, so a
+        failed request can be told apart (a reset, and from whose MAC)."""
+        path = os.path.join(self.workdir, "capture.txt")
+        out = open(path, "w")
+        proc = subprocess.Popen(["ip", "netns", "exec", self.lan, "tcpdump", "-i", "br0", "-n",
+                                 "-e", "-tt", "-l", "-s", "128",
+                                 f"arp or ip proto 112 or (tcp port 80 and host "
+                                 f"{self.nodes['client'].address})"],
+                                stdout=out, stderr=subprocess.DEVNULL)
+        out.close()
+        LOADS.append(proc)  # a test that fails first leaves it to no_stray_load
+        time.sleep(1)
+        return proc, path
+
+    @staticmethod
+    def stop_capture(capture, failed, before=8.0, after=2.0):
+        """Stop the capture; its ARP, VRRP and reset lines near each failed load
+        record, and every packet within 50 ms of one."""
+        proc, path = capture
+        proc.terminate()
+        proc.wait()
+        lines = []
+        with open(path) as fh:
+            for line in fh:
+                try:
+                    when = float(line.split()[0])
+                except (ValueError, IndexError):
+                    continue
+                for start, end, *_ in failed:
+                    near = start - 0.05 < when < end + 0.05
+                    if near or (start - before < when < end + after and
+                                ("VRRP" in line or "ARP" in line or "[R" in line)):
+                        lines.append(line.rstrip())
+                        break
+        return "\n".join(lines[-200:])
+
+    def stop_load(self, load):
+        """The load's records, (start, end, ok, body) each, once it has covered the test."""
+        time.sleep(1)
+        assert load.poll() is None, "the load must cover the whole test"
+        load.send_signal(signal.SIGINT)
+        return self.finish(load)
 
     def ipvs_rules(self, node="lb1"):
         out = self.sh(node, ["ipvsadm-save", "-n"]).stdout

@@ -1,6 +1,5 @@
-"""Repeat applies, ownership, edits, draining, reboot and interrupted applies."""
+"""Repeat applies, ownership, edits, draining and interrupted applies (reboots: test_systemd_boot.py)."""
 
-import os
 import signal
 import subprocess
 import time
@@ -151,56 +150,6 @@ def test_force_deletes_a_removed_busy_worker_at_once(lab, base):
         assert not any("192.168.100.6" in r for r in lab.ipvs_rules())
     finally:
         holder.kill()
-
-
-def test_a_rebooted_worker_comes_back_with_the_boot_unit(lab, base):
-    root = lab.nodes["pi1"].root
-    unit = os.path.join(root, "etc/systemd/system/lbctl-lab-vips.service")
-    wants = os.path.join(root, "etc/systemd/system/multi-user.target.wants/lbctl-lab-vips.service")
-    assert os.readlink(wants) == "/etc/systemd/system/lbctl-lab-vips.service"
-    # The reboot: VIPs gone from lo, ARP settings back to the kernel's defaults.
-    lab.sh("pi1", ["ip", "address", "flush", "dev", "lo", "scope", "global"])
-    for key in ("arp_ignore", "arp_announce"):
-        for scope in ("all", "eth0"):
-            lab.sh("pi1", ["sysctl", "-q", "-w", f"net.ipv4.conf.{scope}.{key}=0"])
-    assert "served by pi1" not in lab.ask_web(8)
-
-    # Boot: run the unit's commands as systemd would, with the node's own /etc.
-    from lbctl.render.systemd import exec_start_lines
-
-    with open(unit) as fh:
-        commands = exec_start_lines(fh.read())
-    sysctl_dir = os.path.join(root, "etc/sysctl.d")
-    for argv in commands:
-        lab.sh("pi1", ["unshare", "-m", "--", "sh", "-c",
-                       'mount --bind "$0" /etc/sysctl.d && exec "$@"', sysctl_dir] + argv)
-    assert lab.sh("pi1", ["sysctl", "-n", "net.ipv4.conf.all.arp_ignore"]).stdout.strip() == "1"
-    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
-    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
-    assert "served by pi1" in lab.ask_web(8)
-    _plan_is_clean(lab, base, nodes=("pi1",))
-
-
-def test_a_rebooted_balancer_comes_back_with_its_boot_unit(lab, base):
-    from lbctl.render.systemd import exec_start_lines
-
-    root = lab.nodes["lb1"].root
-    with open(os.path.join(root, "etc/systemd/system/lbctl-lab-balancer.service")) as fh:
-        (command,) = exec_start_lines(fh.read())
-    assert command[1:] == ["-m", "lbctl", "apply", "/etc/lbctl/lab.yaml", "--node", "lb1"]
-    with open(os.path.join(root, "etc/lbctl/lab.yaml")) as fh:
-        assert fh.read() == base.read_text()
-    # The reboot: an empty IPVS table and no VIPs.
-    lab.sh("lb1", ["ipvsadm", "-C"])
-    for vip in (WEB_VIP, DNS_VIP):
-        lab.sh("lb1", ["ip", "address", "del", f"{vip}/32", "dev", "eth0"])
-    assert lab.ask_web(1) == ["failed"]
-    # Boot: the unit's command, with the saved file and state under this node's lab root.
-    saved = os.path.join(root, command[4].lstrip("/"))
-    result = lab.sh("lb1", command[:4] + [saved] + command[5:] + ["--root", root], check=False)
-    assert result.returncode == 0, result.stderr
-    assert {a.replace("served by ", "") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}
-    _plan_is_clean(lab, base, nodes=("lb1",))
 
 
 def test_an_apply_killed_midway_converges_on_the_next_apply(lab, base):

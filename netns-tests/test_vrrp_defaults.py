@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from clusters import DNS_VIP, PAIR, WEB_VIP, edited
+from clusters import PAIR, WEB_VIP, edited
 from test_keepalived import ALL_WEB, ipvs_web_serving
 
 # Opens connections to the VIP and sends the first line of a request on each,
@@ -61,8 +61,7 @@ def _served(answers):
 def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
     spec = {**PAIR, "vrrp": {"advert_interval": "100ms"}}  # preempt left at its default
     path = lab.reset(spec, "pair-default-preempt")
-    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
-                 what="lb1 master and lb2 backup")
+    lab.wait_for_roles()
     lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ipvs_web_serving(lab, "lb2") == ALL_WEB,
                  what="every web worker in both tables")
     assert "nopreempt" in open(f"{lab.nodes['lb1'].root}/etc/lbctl/lab/keepalived.conf").read()
@@ -111,25 +110,3 @@ def test_one_balancer_with_health_checks_sends_no_vrrp_adverts(lab, single_with_
     assert {a.removeprefix("served by ") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}
     status = lab.lbctl("lb1", "status").stdout
     assert "MASTER" not in status and "BACKUP" not in status
-
-
-def test_one_balancer_with_checks_gets_its_vips_back_from_its_unit_at_boot(
-        lab, single_with_checks):
-    import os
-
-    from lbctl.render.systemd import exec_start_lines
-
-    lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ALL_WEB, what="every web worker in")
-    unit = os.path.join(lab.nodes["lb1"].root, "etc/systemd/system/lbctl-lab-keepalived.service")
-    with open(unit) as fh:
-        pre = exec_start_lines(fh.read(), "ExecStartPre")
-    # The reboot, as far as the VIPs go: nothing holds them until the unit runs.
-    for vip in (WEB_VIP, DNS_VIP):
-        lab.sh("lb1", ["ip", "address", "del", f"{vip}/32", "dev", "eth0"])
-    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
-    assert lab.ask_web(1) == ["failed"]
-    for argv in pre:
-        if argv[0].endswith("/ip"):
-            lab.sh("lb1", argv)
-    assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
-    assert {a.removeprefix("served by ") for a in lab.ask_web(8)} == {"pi1", "pi2", "pi3"}

@@ -5,14 +5,14 @@ import inspect
 import pytest
 
 from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeKeepalived, FakeSysctls
-from lbctl.adapters.addrs import AddressNetlink
+from lbctl.adapters.addrs import AddressIp
 from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.ipvs import IpvsNetlink
 from lbctl.adapters.keepalived import KeepalivedProcess
 from lbctl.adapters.protocols import Addresses, Files, Ipvs, Keepalived, Sysctls
 from lbctl.adapters.sysctl import SysctlProc
 
-PAIRS = [(Ipvs, IpvsNetlink, FakeIpvs), (Addresses, AddressNetlink, FakeAddresses),
+PAIRS = [(Ipvs, IpvsNetlink, FakeIpvs), (Addresses, AddressIp, FakeAddresses),
          (Sysctls, SysctlProc, FakeSysctls), (Files, FilesRoot, FakeFiles),
          (Keepalived, KeepalivedProcess, FakeKeepalived)]
 

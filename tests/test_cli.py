@@ -4,6 +4,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from lbctl import __version__
 from lbctl.cli import main
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "pi-single.yaml"
@@ -15,12 +18,53 @@ def test_validate_a_good_file(capsys):
         f"{EXAMPLE}: valid: cluster pi-web, 1 balancer(s), 3 worker(s), 2 service(s); balancers run by netlink")
 
 
-def test_usage_errors_exit_2(capsys):
-    try:
+def test_usage_errors_exit_64_apart_from_pending_changes(capsys):
+    with pytest.raises(SystemExit) as exc:
         main(["plan"])
-    except SystemExit as exc:
-        assert exc.code == 2
+    assert exc.value.code == 64  # 2 is plan --detailed-exitcode's "changes pending"
     assert "usage: lbctl" in capsys.readouterr().err
+
+
+def test_version_prints_the_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert capsys.readouterr().out.strip() == f"lbctl {__version__}"
+
+
+def test_global_flags_work_after_the_subcommand_too(capsys):
+    bad = str(EXAMPLE) + ".missing"
+    assert main(["validate", bad, "--debug"]) == 1  # a config error is never a traceback
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", "--bogus", str(EXAMPLE)])
+    assert exc.value.code == 64
+    capsys.readouterr()
+    assert main(["validate", str(EXAMPLE), "--expect-version", "0.0.1"]) == 3
+    assert "runs lbctl" in capsys.readouterr().err
+    assert main(["--expect-version", __version__, "validate", str(EXAMPLE)]) == 0
+
+
+def test_validate_reads_standard_input():
+    text = EXAMPLE.read_text()
+    done = subprocess.run([sys.executable, "-m", "lbctl", "validate", "-"], input=text,
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "valid: cluster pi-web" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "lbctl", "validate", "-"],
+                          input=text.replace("cluster: pi-web", "cluster: pi-web\nbogus: 1"),
+                          capture_output=True, text=True)
+    assert done.returncode == 1
+    line = text.splitlines().index("cluster: pi-web") + 2
+    assert done.stderr.startswith(f"<stdin>:{line}:1: top level: unknown key 'bogus'")
+
+
+def test_flags_that_need_each_other_are_usage_errors(capsys):
+    for argv in (["apply", "-", "--all"], ["plan", str(EXAMPLE), "--node", "pi1,pi2"],
+                 ["status", "--ssh-config", "x"], ["apply", str(EXAMPLE), "--all", "--root", "/x"],
+                 ["apply", str(EXAMPLE), "--remove", "--force"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 64, argv
+    capsys.readouterr()
 
 
 def test_validate_imports_neither_pyroute2_nor_jinja2():
@@ -35,3 +79,42 @@ def test_python_dash_m_lbctl_runs_the_cli():
     done = subprocess.run([sys.executable, "-m", "lbctl", "validate", str(EXAMPLE)],
                           capture_output=True, text=True)
     assert done.returncode == 0 and "valid" in done.stdout
+
+
+def test_the_wheel_lists_every_package_of_lbctl():
+    # pyproject.toml names the packages one by one: a new one left out would
+    # be missing from every installed node.
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {str(p.parent.relative_to(root)).replace("/", ".")
+             for p in (root / "lbctl").rglob("__init__.py")}
+    assert found <= listed, found - listed
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["status", "--worker", "pi1"], "--service, --worker and --client go with --connections"),
+    (["status", str(EXAMPLE), "--connections", "--all"], "run it there, without --all"),
+    (["drain", "pi1", "--all"], "drain --all needs the cluster file by its path"),
+])
+def test_operations_flags_that_cannot_go_together_are_usage_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 64
+    assert message in capsys.readouterr().err
+
+
+def test_drain_names_an_unknown_worker_or_service_before_touching_anything(capsys, tmp_path):
+    assert main(["drain", "pi9", str(EXAMPLE), "--root", str(tmp_path)]) == 64
+    assert "no worker 'pi9'" in capsys.readouterr().err
+    assert main(["drain", "pi3", str(EXAMPLE), "--service", "dns", "--root", str(tmp_path)]) == 64
+    assert "worker pi3 does not serve dns" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_status_connections_names_an_unknown_filter(capsys):
+    assert main(["status", "--connections", str(EXAMPLE), "--worker", "pi9"]) == 64
+    assert "--worker: no worker 'pi9'" in capsys.readouterr().err
+    assert main(["status", "--connections", str(EXAMPLE), "--client", "10.0.0.0/33"]) == 64
+    assert "--client:" in capsys.readouterr().err

@@ -21,13 +21,17 @@ def test_find_node_by_local_address():
 
 def test_find_node_fails_clearly_without_a_match_or_with_several():
     cluster = cluster_from()
-    with pytest.raises(NodeError, match="pass --node NAME"):
+    with pytest.raises(NodeError, match="run on a node of the cluster"):
         find_node(cluster, {IPv4Address("10.0.0.1")})
     with pytest.raises(NodeError, match="several nodes"):
         find_node(cluster, {IPv4Address("192.168.100.3"), IPv4Address("192.168.100.4")})
     with pytest.raises(NodeError, match="not in"):
         find_node(cluster, set(), requested="pi9")
-    assert find_node(cluster, set(), requested="lb1") == "lb1"
+    assert find_node(cluster, {IPv4Address("192.168.100.2"), IPv4Address("192.168.100.3")},
+                     requested="lb1") == "lb1"
+    # A name is never enough: the host must hold the node's address.
+    with pytest.raises(NodeError, match="node lb1 has address 192.168.100.2, which this host"):
+        find_node(cluster, {IPv4Address("192.168.100.3")}, requested="lb1")
 
 
 def test_balancer_holds_vips_on_its_lan_and_programs_every_real_server():
@@ -92,11 +96,21 @@ def test_every_sysctl_in_the_shipped_file_carries_a_reason():
 
 
 def test_a_balancer_keeps_a_copy_of_the_file_and_a_boot_unit_that_applies_it():
-    from lbctl.desired import BootApply
+    from lbctl.desired import BootApply, strip_saved_copy_header
 
-    boot = BootApply("cluster: pi-web\n", "/opt/lbctl/bin/python")
+    from helpers import PI_SINGLE
+
+    boot = BootApply(PI_SINGLE, "/opt/lbctl/bin/python")
     state = desired_state(cluster_from(), "lb1", "eth0", boot=boot)
-    assert state.files["/etc/lbctl/pi-web.yaml"].content == "cluster: pi-web\n"
+    saved = state.files["/etc/lbctl/pi-web.yaml"].content
+    # The file as applied, under a line that names the copy's format; the boot
+    # unit reads it as the same cluster.
+    assert saved.startswith("# lbctl saved-copy format 1: ") and saved.endswith("\n" + PI_SINGLE)
+    assert cluster_from(saved).services == cluster_from(PI_SINGLE).services
+    # At boot the unit applies the copy itself: the copy it keeps stays the same.
+    again = desired_state(cluster_from(saved), "lb1", "eth0",
+                          boot=BootApply(strip_saved_copy_header(saved), "/opt/lbctl/bin/python"))
+    assert again.files["/etc/lbctl/pi-web.yaml"].content == saved
     unit = state.files["/etc/systemd/system/lbctl-pi-web-balancer.service"].content
     assert "ExecStart=/opt/lbctl/bin/python -m lbctl apply /etc/lbctl/pi-web.yaml --node lb1" in unit
     # ip_vs is loaded before apply sets its sysctls and programs the table.

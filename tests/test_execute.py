@@ -15,6 +15,7 @@ from lbctl.execute import execute
 from lbctl.observe import observe
 from lbctl.ownership import read_ownership
 from lbctl.plan import make_plan
+from lbctl.state import ServiceSpec
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
 PI2 = DestKey(WEB, IPv4Address("192.168.100.4"), 80)
@@ -162,3 +163,127 @@ def test_a_timeout_the_file_drops_goes_back_to_the_kernels_value_from_before():
     node.apply(PI_SINGLE)
     assert node.adapters.ipvs.timeouts() == {"tcp": 900, "tcp_fin": 120, "udp": 77}
     assert node.plan(PI_SINGLE).empty
+
+
+class RemovingNode(Node):
+    def remove_plan(self, text=PI_SINGLE):
+        from lbctl.state import NodeState
+
+        cluster = cluster_from(text)
+        desired = NodeState("worker" if self.name.startswith("pi") else "balancer", self.name,
+                            cluster.name)
+        owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
+        observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
+        return make_plan(desired, observed, owned)
+
+
+@pytest.mark.parametrize("name", ["lb1", "pi1"])
+def test_remove_takes_back_everything_lbctl_made_and_only_that(name):
+    node = RemovingNode(name)
+    foreign = ServiceKey("tcp", IPv4Address("192.168.100.99"), 443)
+    if node.adapters.ipvs is not None:
+        node.adapters.ipvs.services[foreign] = ServiceSpec("wlc")
+    # The kernel's values before lbctl: every sysctl lbctl sets, and one it does not.
+    for key in desired_state(cluster_from(), name, "eth0").sysctls:
+        node.adapters.sysctls.values[key] = "0"
+    node.adapters.sysctls.values["net.ipv4.ip_forward"] = "1"
+    node.adapters.files.write("/etc/sysctl.d/99-admin.conf", "x=1\n", 0o644)
+    sysctls_before = dict(node.adapters.sysctls.values)
+    files_before = dict(node.adapters.files.files)
+    addresses_before = node.adapters.addresses.list()
+    node.apply()
+    assert node.adapters.files.files != files_before
+
+    plan = node.remove_plan()
+    kinds = [c.kind for c in plan.changes]
+    if name == "pi1":
+        # The worker stops holding the VIP before it answers ARP for it again.
+        assert kinds.index("address") < kinds.index("sysctl")
+    execute(plan, node.adapters)
+
+    assert node.adapters.files.files == files_before  # the record, units and sysctl.d file gone
+    assert node.adapters.files.links == {}
+    assert node.adapters.addresses.list() == addresses_before
+    assert node.adapters.sysctls.values == sysctls_before
+    if node.adapters.ipvs is not None:
+        assert list(node.adapters.ipvs.services) == [foreign]
+    assert node.remove_plan().empty
+
+
+def test_the_ownership_record_names_its_format_and_a_newer_one_is_refused():
+    import json
+
+    from lbctl.errors import NodeError
+
+    node = Node()
+    node.apply()
+    record = json.loads(node.adapters.files.files["/var/lib/lbctl/pi-web.json"][0])
+    assert record["format"] == 1
+    node.adapters.files.files["/var/lib/lbctl/pi-web.json"] = (
+        json.dumps(record | {"format": 2}), 0o644)
+    with pytest.raises(NodeError, match="written by a newer lbctl .*upgrade lbctl"):
+        node.plan()
+
+
+def test_keep_leaving_holds_a_worker_s_old_vip_until_the_second_pass():
+    node = Node("pi1")
+    node.apply()
+    without_dns = PI_SINGLE.replace(
+        "  dns: {vip: 192.168.100.11, port: 53, protocol: udp, scheduler: rr, workers: [pi1, pi2]}\n",
+        "")
+    cluster = cluster_from(without_dns)
+    desired = desired_state(cluster, "pi1", "eth0")
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, cluster.name)
+    observed = observe(desired, owned, node.adapters, node.adapters.addresses.list())
+    first = make_plan(desired, observed, owned, keep_leaving=True)
+    # The first pass (before the balancers) keeps the VIP and its ownership.
+    assert [str(c) for c in first.deferred] == ["- address 192.168.100.11/32 dev lo"]
+    execute(first, node.adapters)
+    assert (IPv4Address("192.168.100.11"), 32, "lo") in node.adapters.addresses.list()
+    # The second pass, after the balancers, removes it: it is still known as lbctl's.
+    second = node.plan(without_dns)
+    assert [str(c) for c in second.changes] == ["- address 192.168.100.11/32 dev lo"]
+    execute(second, node.adapters)
+    assert (IPv4Address("192.168.100.11"), 32, "lo") not in node.adapters.addresses.list()
+
+
+def remove_plan_of(node, shared=()):
+    from lbctl.state import NodeState
+
+    cluster = cluster_from()
+    desired = NodeState("worker", node.name, cluster.name)
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, cluster.name)
+    observed = observe(desired, owned, node.adapters, node.adapters.addresses.list())
+    return make_plan(desired, observed, owned, shared_sysctls=shared)
+
+
+def test_remove_leaves_alone_a_sysctl_another_cluster_here_also_sets():
+    node = Node("pi1")
+    node.adapters.sysctls.values.update({"net.ipv4.conf.all.arp_ignore": "0",
+                                         "net.ipv4.conf.all.arp_announce": "0"})
+    node.apply()
+    plan = remove_plan_of(node, shared={"net.ipv4.conf.all.arp_ignore",
+                                        "net.ipv4.conf.all.arp_announce"})
+    assert [c for c in plan.changes if c.kind == "sysctl"] == []
+    assert [c.kind for c in remove_plan_of(node).changes].count("sysctl") == 2
+
+
+def test_a_record_from_before_0_2_never_restores_lbctl_s_own_values_as_the_node_s():
+    import json
+
+    node = Node("pi1")
+    node.adapters.sysctls.values.update({"net.ipv4.conf.all.arp_ignore": "0",
+                                         "net.ipv4.conf.all.arp_announce": "0"})
+    node.apply()
+    path = "/var/lib/lbctl/pi-web.json"
+    old = json.loads(node.adapters.files.files[path][0])
+    for key in ("format", "sysctls"):  # as lbctl 0.1 wrote it
+        old.pop(key)
+    node.adapters.files.files[path] = (json.dumps(old), 0o644)
+    node.apply()  # the first apply after the upgrade
+    record = json.loads(node.adapters.files.files[path][0])
+    assert record["format"] == 1
+    assert record["sysctls"] == {"net.ipv4.conf.all.arp_announce": None,
+                                 "net.ipv4.conf.all.arp_ignore": None}
+    # 1 and 2 are lbctl's values, not the node's: remove leaves them rather than "restore" them.
+    assert [c for c in remove_plan_of(node).changes if c.kind == "sysctl"] == []

@@ -12,7 +12,7 @@ from lbctl.adapters.keepalived import KeepalivedProcess
 from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
 from lbctl.config.model import DestKey, ServiceKey
 from lbctl.desired import BootApply, desired_state, leaving_real_servers
-from lbctl.errors import ApplyError
+from lbctl.errors import ApplyError, ConfigError
 from lbctl.execute import execute
 from lbctl.health import Reported, ipvs_drift
 from lbctl.observe import observe
@@ -437,4 +437,123 @@ def test_the_notify_hook_records_state_and_time(tmp_path):
 
     found = read_state_dir(str(tmp_path))
     assert found["health.web@pi1"].state == "down" and found["vrrp"].state == "MASTER"
-    assert sorted(os.listdir(tmp_path)) == ["health.web@pi1", "lbctl-notify", "vrrp"]
+    assert sorted(os.listdir(tmp_path)) == [".vrrp.lock", "health.web@pi1", "lbctl-notify",
+                                            "vrrp", "vrrp.transitions"]
+    # Role changes count into and out of MASTER, not the states keepalived
+    # passes through as it stops and starts again as backup.
+    for state in ("BACKUP", "STOP", "BACKUP", "MASTER"):
+        subprocess.run([str(script), str(tmp_path), "vrrp", "INSTANCE", "lbctl_pi-web", state,
+                        "150"], check=True)
+    assert (tmp_path / "vrrp.transitions").read_text() == "3\n"
+    assert read_state_dir(str(tmp_path))["vrrp"].state == "MASTER"
+
+
+def test_an_exporter_in_the_file_gets_a_unit_on_each_balancer_that_systemd_accepts(tmp_path):
+    with_exporter = PAIR + "exporter: {listen: 'node:9588'}\n"
+    for node, address in (("lb1", "192.168.100.2"), ("lb2", "192.168.100.5")):
+        units = units_of(with_exporter, node)
+        text = units["/etc/systemd/system/lbctl-pi-web-exporter.service"]
+        # Each balancer binds its own address; the saved copies name things.
+        assert exec_start_lines(text) == [[
+            "/usr/bin/python3", "-m", "lbctl", "exporter", "--listen", f"{address}:9588"]]
+        assert "DynamicUser=yes\nAmbientCapabilities=CAP_NET_ADMIN\n" in text
+        unit = tmp_path / "lbctl-pi-web-exporter.service"
+        unit.write_text(text)
+        found = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)],
+                               capture_output=True, text=True)
+        assert found.returncode == 0 and found.stderr == "", found.stderr
+    # On a worker there is nothing to export, and without the section no unit at all.
+    assert not [p for p in units_of(PAIR) if "exporter" in p]
+    cluster = cluster_from(with_exporter)
+    worker = desired_state(cluster, "pi1", "eth0")
+    assert not [p for p in worker.files if "exporter" in p]
+
+
+def test_the_exporter_listens_on_this_host_only_unless_told_otherwise():
+    assert cluster_from(PAIR + "exporter:\n").exporter == "127.0.0.1:9588"
+    assert cluster_from(PAIR).exporter is None
+    # One address for a pair cannot be bound by both balancers.
+    with pytest.raises(ConfigError, match="each balancer of the pair binds its own: use node:PORT"):
+        cluster_from(PAIR + "exporter: {listen: 192.168.100.2:9588}\n")
+
+
+def test_a_keepalived_too_old_to_reweight_on_reload_is_refused_before_anything_changes(tmp_path):
+    from lbctl.adapters.keepalived import KeepalivedProcess
+
+    binary = tmp_path / "keepalived"
+    binary.write_text("#!/bin/sh\necho 'Keepalived v2.1.5 (07/13,2020)' >&2\n")
+    binary.chmod(0o755)
+    keepalived = KeepalivedProcess(KeepalivedLayout("pi-web", str(tmp_path / "root")),
+                                   use_systemd=False, binary=str(binary))
+    with pytest.raises(ApplyError, match=r"version 2\.1\.5 is too old: lbctl needs 2\.2\.2"):
+        keepalived.prepare()
+    assert not (tmp_path / "root").exists()
+    binary.write_text("#!/bin/sh\necho 'Keepalived v2.2.7 (01/16,2022)' >&2\n")
+    from lbctl.adapters.keepalived import _version
+
+    assert _version(str(binary)) == (2, 2, 7)
+
+
+def test_a_pair_drops_rather_than_resets_unsynced_packets_for_a_moment_after_a_takeover():
+    from lbctl.render.keepalived import render_takeover_rules
+
+    lb1 = render(PAIR, "lb1")
+    from lbctl.render.keepalived import vrrp_anchor
+
+    anchor = vrrp_anchor(cluster_from(PAIR))
+    assert anchor == f"169.254.255.{cluster_from(PAIR).vrrp.router_id}"
+    hook = f"/etc/lbctl/pi-web/lbctl-takeover /etc/lbctl/pi-web/takeover.nft lbctl-pi-web {anchor}"
+    for state in ("master", "backup", "fault", "stop"):
+        assert f'notify_{state} "{hook} {state}" root\n' in lb1
+    assert "lbctl-takeover" not in render(HEALTHY)  # one balancer: no peer, no takeover
+
+    cluster = cluster_from(PAIR)  # web on TCP, dns on UDP
+    layout = KeepalivedLayout(cluster.name)
+    rules = render_takeover_rules(cluster, layout)
+    assert "table ip lbctl-pi-web {" in rules
+    # After IPVS's input hook (priority 99): only packets IPVS did not take.
+    assert "type filter hook input priority 150; policy accept;" in rules
+    # Only TCP services: UDP is never reset, IPVS schedules any datagram.
+    drop = [line for line in rules.splitlines() if line.startswith("add rule")]
+    assert drop == ["add rule ip lbctl-pi-web takeover ip daddr . tcp dport "
+                    "{ 192.168.100.10 . 80 } meta l4proto @armed counter drop"], rules
+    state = desired_state(cluster, "lb1", "eth0", layout=layout)
+    assert state.files[layout.takeover_rules].content == rules
+    assert state.files[layout.takeover].mode == 0o755
+    assert {layout.takeover, layout.takeover_rules} <= state.daemon.files  # a change reloads
+    single = cluster_from(HEALTHY)
+    assert layout.takeover_rules not in desired_state(single, "lb1", "eth0", layout=layout).files
+
+
+def test_a_pair_advertises_one_fixed_address_whatever_the_vips():
+    # keepalived ignores adverts whose addresses differ from its own config:
+    # an edit of the VIPs applied to one balancer first must not change them.
+    import re
+
+    def advertised(text):
+        return re.search(r"virtual_ipaddress \{\n(.*?)\n    \}", render(text), re.S)[1].split("\n")
+
+    from lbctl.render.keepalived import vrrp_anchor
+
+    anchor = f"        {vrrp_anchor(cluster_from(PAIR))}/32 dev lo scope host"
+    assert [line for line in advertised(PAIR) if not line.strip().startswith("#")] == [anchor]
+    fewer = PAIR.replace("  dns: {vip: 192.168.100.11", "  dns: {vip: 192.168.100.10")
+    assert [line for line in advertised(fewer) if not line.strip().startswith("#")] == [anchor]
+    excluded = re.search(r"virtual_ipaddress_excluded \{\n(.*?)\n    \}", render(PAIR), re.S)[1]
+    assert excluded.split("\n") == ["        192.168.100.10/32 dev eth0",
+                                     "        192.168.100.11/32 dev eth0"]
+
+
+def test_a_pair_balancer_without_nft_is_refused_before_anything_changes(tmp_path):
+    from lbctl.adapters.keepalived import KeepalivedProcess
+
+    binary = tmp_path / "keepalived"
+    binary.write_text("#!/bin/sh\necho 'Keepalived v2.2.7 (01/16,2022)' >&2\n")
+    binary.chmod(0o755)
+    keepalived = KeepalivedProcess(KeepalivedLayout("pi-web", str(tmp_path / "root")),
+                                   use_systemd=False, binary=str(binary), takeover=True,
+                                   nft=str(tmp_path / "nft"))
+    with pytest.raises(ApplyError, match=r"run nft: it is not installed .*`apt install "
+                                         r"nftables`; nothing on this node was changed"):
+        keepalived.prepare()
+    assert not (tmp_path / "root").exists()

@@ -153,7 +153,8 @@ def test_without_a_file_status_names_the_cluster_and_node_last_applied_here(tmp_
     from lbctl.ownership import write_ownership
     from lbctl.state import Ownership
 
-    write_ownership(FilesRoot(str(tmp_path)), "/var/lib/lbctl", "pi-web", Ownership(), "lb1")
+    write_ownership(FilesRoot(str(tmp_path)), "/var/lib/lbctl", "pi-web",
+                    Ownership(files={"/etc/lbctl/pi-web.yaml"}), "lb1")
     text = format_status(collect(str(tmp_path), ipvs=FakeIpvs(None)))
     assert text.splitlines()[0] == "lbctl status: cluster pi-web, node lb1"
     nothing = format_status(collect(str(tmp_path / "empty"), ipvs=FakeIpvs(None)))

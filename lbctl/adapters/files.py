@@ -63,3 +63,26 @@ class FilesRoot:
             os.unlink(tmp)
         os.symlink(target, tmp)
         os.replace(tmp, real)
+
+
+def remove_runtime_dirs(root, cluster_name):
+    """After `apply --remove`: the cluster's runtime folder (keepalived's log, pid
+    and health state) and lbctl's own folders once nothing else is in them."""
+    import shutil
+
+    from lbctl.adapters.protocols import OWNERSHIP_DIR
+    from lbctl.drains import DRAIN_DIR, drain_path
+    from lbctl.lock import remove_lock
+    from lbctl.render.keepalived import KeepalivedLayout
+
+    layout = KeepalivedLayout(cluster_name, root)
+    shutil.rmtree(layout.real(layout.run_dir), ignore_errors=True)
+    # The drain record goes with the cluster: its workers are not lbctl's here any more.
+    FilesRoot(root).remove(drain_path(cluster_name))
+    remove_lock(root, cluster_name)
+    for folder in (os.path.dirname(layout.run_dir), layout.etc_dir,
+                   os.path.dirname(layout.etc_dir), DRAIN_DIR, OWNERSHIP_DIR):
+        try:
+            os.rmdir(layout.real(folder))
+        except OSError:
+            pass  # missing, or holds another cluster's files: leave it

@@ -5,6 +5,7 @@ lab, containers) lbctl starts it directly in its own session, so it outlives
 the apply, and finds it again through its pid file.
 """
 
+import fcntl
 import os
 import pwd
 import signal
@@ -16,6 +17,8 @@ from lbctl.errors import ApplyError
 from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
 
 KEEPALIVED = "/usr/sbin/keepalived"
+NFT = "/usr/sbin/nft"
+MIN_VERSION = (2, 2, 2)
 
 
 def systemd_running():
@@ -23,9 +26,13 @@ def systemd_running():
 
 
 class KeepalivedProcess:
-    def __init__(self, layout, use_systemd=None, binary=KEEPALIVED):
+    def __init__(self, layout, use_systemd=None, binary=KEEPALIVED, takeover=False, nft=NFT):
+        """`takeover`: this balancer is one of a pair and has the takeover grace
+        (keepalived/lbctl-takeover); otherwise any table of it is deleted."""
         self.layout = layout
         self.binary = binary
+        self.takeover = takeover
+        self.nft = nft
         # A node root other than "/" is a lab node: systemd there is the host's.
         self.use_systemd = (systemd_running() and layout.root == "/") if use_systemd is None \
             else use_systemd
@@ -74,6 +81,11 @@ class KeepalivedProcess:
         # apply prepares and tests before it changes anything: a missing keepalived
         # must stop it here, with nothing on the node changed.
         self._require_installed()
+        self._require_recent()
+        if self.takeover and not os.access(self.nft, os.X_OK):
+            raise ApplyError("run", "nft", f"it is not installed ({self.nft} not found), and a "
+                             "failover pair's balancers need it for the takeover grace: install "
+                             "it with `apt install nftables`; nothing on this node was changed")
         ensure_system_user(SCRIPT_USER)
         self._make_run_dirs()
 
@@ -83,6 +95,7 @@ class KeepalivedProcess:
         # State from an earlier run would show health keepalived no longer has.
         for name in os.listdir(state_dir):
             os.unlink(os.path.join(state_dir, name))
+        self._load_takeover_rules(self.takeover)
         if self.use_systemd:
             self._systemctl("start")
             return
@@ -98,6 +111,7 @@ class KeepalivedProcess:
             raise ApplyError("start", "keepalived", f"it exited at once:\n  {self._log_tail()}")
 
     def reload(self):
+        self._load_takeover_rules(self.takeover)
         if self.use_systemd:
             self._systemctl("reload")
             return
@@ -107,6 +121,7 @@ class KeepalivedProcess:
         os.kill(pid, signal.SIGHUP)
 
     def stop(self):
+        self._load_takeover_rules(False)  # before keepalived's stop hooks run
         if self.use_systemd:
             self._systemctl("stop")
             return
@@ -116,11 +131,58 @@ class KeepalivedProcess:
             self._wait(lambda: self._pid() is None, "stop")
 
     # -- helpers -------------------------------------------------------------
+    def _load_takeover_rules(self, wanted):
+        """Before keepalived (re)reads its config or stops: with the grace
+        `wanted`, its rules as the file has them now, the armed set left as
+        keepalived's hook last set it (only the hook knows when this balancer
+        took over).  Without it, the table goes, so no rule of an earlier pair
+        drops anything."""
+        table = self.layout.nft_table
+        rules = self.layout.real(self.layout.takeover_rules)
+        if wanted:
+            self._nft(f'include "{rules}"\n')
+            return
+        # The rules go first, under the lock keepalived's hook takes on them: a
+        # hook that runs after this finds none and leaves the table gone.
+        try:
+            held = os.open(rules, os.O_RDONLY)
+        except FileNotFoundError:
+            held = None
+        try:
+            if held is not None:
+                fcntl.flock(held, fcntl.LOCK_EX)
+                os.unlink(rules)
+            if os.access(self.nft, os.X_OK):
+                # (nft 1.0.6 has no "destroy": adding first makes the delete safe.)
+                self._nft(f"add table ip {table}\ndelete table ip {table}\n")
+        finally:
+            if held is not None:
+                os.close(held)
+
+    def _nft(self, batch):
+        done = subprocess.run([self.nft, "-f", "-"], input=batch, capture_output=True, text=True,
+                              check=False)
+        if done.returncode != 0:
+            raise ApplyError("load", f"nftables table {self.layout.nft_table}",
+                             done.stderr.strip())
+
     def _require_installed(self):
         if not (os.path.isfile(self.binary) and os.access(self.binary, os.X_OK)):
             raise ApplyError("run", "keepalived", f"it is not installed ({self.binary} not "
                              "found), and this cluster's balancers need it: install it with "
                              "`apt install keepalived`; nothing on this node was changed")
+
+    def _require_recent(self):
+        """keepalived applies a changed weight on reload only from 2.2.2 on; an
+        older one keeps the old weight, so drains and weight edits never reach
+        IPVS while lbctl's table check waits for them."""
+        found = _version(self.binary)
+        if found is not None and found < MIN_VERSION:
+            shown = ".".join(map(str, found))
+            raise ApplyError("run", "keepalived", f"version {shown} is too old: lbctl needs "
+                             f"{'.'.join(map(str, MIN_VERSION))} or later, which applies a "
+                             "changed weight on reload (Debian bookworm has 2.2.7); nothing "
+                             "on this node was changed")
 
     def _make_run_dirs(self):
         run_dir = self.layout.real(self.layout.run_dir)
@@ -146,8 +208,17 @@ class KeepalivedProcess:
     def _systemctl(self, verb):
         result = _run(["systemctl", verb, self.layout.unit])
         if result.returncode != 0:
-            raise ApplyError(verb, f"keepalived ({self.layout.unit})",
-                             (result.stderr or result.stdout).strip() or f"status {result.returncode}")
+            said = (result.stderr or result.stdout).strip() or f"status {result.returncode}"
+            # systemctl only points at the journal: show what the unit said there.
+            try:
+                journal = _run(["journalctl", "--no-pager", "-q", "-o", "cat", "-n", "8",
+                                "-u", self.layout.unit]).stdout.strip()
+            except OSError:
+                journal = ""
+            if journal:
+                said += "\n  the unit's last lines in the journal:\n    " + \
+                    "\n    ".join(journal.splitlines())
+            raise ApplyError(verb, f"keepalived ({self.layout.unit})", said)
 
     def _wait(self, done, verb, timeout=15):
         deadline = time.monotonic() + timeout
@@ -180,3 +251,12 @@ def ensure_system_user(name):
 
 def _run(argv):
     return subprocess.run(argv, capture_output=True, text=True, check=False)
+
+
+def _version(binary):
+    """(major, minor, patch) from `keepalived --version`, or None if it says no number."""
+    import re
+
+    done = _run([binary, "--version"])
+    found = re.search(r"Keepalived v(\d+)\.(\d+)\.(\d+)", done.stdout + done.stderr)
+    return tuple(int(n) for n in found.groups()) if found else None

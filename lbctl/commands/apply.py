@@ -1,42 +1,86 @@
+import time
+
+from lbctl.config import load_cluster
+from lbctl.drains import describe_drains
+from lbctl.errors import LbctlError, UsageError
 from lbctl.execute import execute
+from lbctl.last_apply import record_last_apply
+from lbctl.lock import node_locked
+from lbctl.adapters.files import remove_runtime_dirs
 from lbctl.node import load_node
-from lbctl.plan import format_plan
+from lbctl.plan import DEFERRED_MARK, DRAINING_MARK, format_plan
 
 
 def run(args, out):
-    ctx = load_node(args.file, args.node, args.root, force=args.force)
+    cluster = load_cluster(args.file)  # once: standard input can be read only once
+    reached = {}  # the node's role, once known: the exporter reports a balancer's applies
+    try:
+        with node_locked(args.root, cluster.name):
+            code = _apply(args, out, cluster, reached)
+    except LbctlError as exc:
+        _record(args, cluster, reached, False, str(exc))
+        raise
+    _record(args, cluster, reached, code == 0)
+    return code
+
+
+def _record(args, cluster, reached, ok, error=None):
+    if reached.get("role") == "balancer" and not args.remove:
+        record_last_apply(args.root, cluster.name, ok, error)
+
+
+def _apply(args, out, cluster, reached):
+    def load():
+        return load_node(args.file, args.node, args.root, force=args.force,
+                         remove=args.remove, cluster=cluster, keep_leaving=args.keep_leaving)
+
+    ctx = load()
+    reached["role"] = ctx.plan.role
+    if args.keep_leaving and ctx.plan.role != "worker":
+        raise UsageError("--keep-leaving is for workers: a balancer's removals are "
+                         "keepalived's or drain by themselves")
     report = None
     if not ctx.plan.empty:
         report = execute(ctx.plan, ctx.adapters)
         if report.replan:
             # keepalived stopped and took its VIPs and services: lbctl takes over.
-            _print_report(ctx, report, out)
-            ctx = load_node(args.file, args.node, args.root, force=args.force)
+            _print_report(ctx, report, out, args.remove)
+            ctx = load()
             report = execute(ctx.plan, ctx.adapters) if not ctx.plan.empty else None
+    if args.remove:
+        remove_runtime_dirs(args.root, cluster.name)
     if report is None:
         out.write(format_plan(ctx.plan) + "\n")
     else:
-        _print_report(ctx, report, out)
+        _print_report(ctx, report, out, args.remove)
+    for line in describe_drains(ctx, time.time()):
+        out.write(f"  {line}\n")
+    if ctx.plan.deferred:
+        out.write(f"{DEFERRED_MARK}: " + "; ".join(str(c).strip() for c in ctx.plan.deferred)
+                  + "\n")
     if ctx.desired.daemon is not None:
-        return _check_keepalived_table(ctx, out, waited=report is not None)
+        return check_keepalived_table(ctx, out, waited=report is not None)
     return 0
 
 
-def _print_report(ctx, report, out):
-    out.write(f"{ctx.plan.role} {ctx.node} of cluster {ctx.cluster.name}: applied\n")
+def _print_report(ctx, report, out, removed=False):
+    done = "removed from this node" if removed else "applied"
+    out.write(f"{ctx.plan.role} {ctx.node} of cluster {ctx.cluster.name}: {done}\n")
     for line in report.done:
         out.write(f"  {line}\n")
     for change in report.pending:
         out.write(f"  ~ real server {change.key} draining: weight 0, connections "
                   "remain; a later apply deletes it once idle (or --force)\n")
+    if report.pending:
+        # For apply --all: these workers keep their VIPs until the drain ends.
+        out.write(f"{DRAINING_MARK}: "
+                  + " ".join(sorted({str(c.key.address) for c in report.pending})) + "\n")
     out.write(f"{report.writes} write(s).\n")
 
 
 def _timeout_drift(ctx, waited, patience=5.0):
     """keepalived sets the file's timeouts as its checker process (re)starts,
     which after a reload signal takes a moment; give it that before naming drift."""
-    import time
-
     from lbctl.health import timeout_drift
 
     deadline = time.monotonic() + (patience if waited else 0)
@@ -47,16 +91,27 @@ def _timeout_drift(ctx, waited, patience=5.0):
         time.sleep(0.2)
 
 
-def _check_keepalived_table(ctx, out, waited):
+def check_keepalived_table(ctx, out, waited):
     """After keepalived (re)starts, wait for its IPVS table; then name any drift."""
     from lbctl.errors import ApplyError
     from lbctl.health import describe_health, settle_seconds, wait_for_ipvs
 
     layout = ctx.adapters.keepalived.layout
-    timeout = settle_seconds(ctx.cluster) if waited else 0
-    problems, unchecked, reported = wait_for_ipvs(
-        ctx.cluster, layout.real(layout.state_dir), ctx.adapters.ipvs.dump, timeout,
-        draining=ctx.desired.draining)
+
+    def table(timeout):
+        return wait_for_ipvs(ctx.cluster, layout.real(layout.state_dir), ctx.adapters.ipvs.dump,
+                             timeout, draining=ctx.desired.draining, drained=ctx.desired.drained)
+
+    problems, unchecked, reported = table(settle_seconds(ctx.cluster) if waited else 0)
+    if problems and not waited:
+        # The config on disk is as it should be, yet the table is not: a reload
+        # that never ran (an apply or drain cut short after writing the config)
+        # left keepalived on its old config.  A reload compares the two and
+        # applies the difference; what still differs after it is reported.
+        out.write("  keepalived's table differs from its config: reloading keepalived\n")
+        ctx.adapters.keepalived.reload()
+        waited = True
+        problems, unchecked, reported = table(settle_seconds(ctx.cluster))
     if ctx.cluster.ipvs_timeouts:
         problems += _timeout_drift(ctx, waited)
     for line in describe_health(ctx.cluster, reported):

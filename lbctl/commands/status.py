@@ -3,6 +3,7 @@ VIPs and ARP settings on a worker."""
 
 import json
 import os
+import re
 from dataclasses import asdict
 
 from lbctl.state import FWD_DIRECT_ROUTING
@@ -18,10 +19,10 @@ NO_OUTGOING = ("(direct routing: replies go from the workers straight to the cli
 def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_SYNC_TABLE):
     """The report status prints.  cluster and node name what it reports on; without
     them, the clusters applied here are read from their ownership records."""
-    from lbctl.adapters.addrs import AddressNetlink
+    from lbctl.adapters.addrs import AddressIp
     from lbctl.adapters.sysctl import SysctlProc
 
-    addresses = AddressNetlink().list()
+    addresses = AddressIp().list()
     report = {"clusters": _reported_on(root, cluster, node), "services": [],
               "vips_on_lo": [], "arp": {}}
     if ipvs is None:
@@ -30,14 +31,19 @@ def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_S
         ipvs = IpvsNetlink()
     snapshot = ipvs.snapshot()
     report["ipvs_loaded"] = snapshot is not None
+    drained, report["drains"] = drains_here(root, None if cluster is None else [cluster])
     if snapshot is not None:
-        report["services"] = [_service_report(svc) for svc in snapshot.services]
+        report["services"] = [_service_report(svc, drained) for svc in snapshot.services]
         report["timeouts"] = snapshot.timeouts or {}
         report["sync"] = {"daemons": [asdict(d) for d in snapshot.sync_daemons],
                           "learned_connections": learned_connections(conn_sync_table)}
+    # (Not a pair master's VRRP anchor, a link-local address: render.keepalived.vrrp_anchor.)
     report["vips_on_lo"] = sorted(str(ip) for ip, prefix, ifname in addresses
-                                  if ifname == "lo" and prefix == 32 and not ip.is_loopback)
+                                  if ifname == "lo" and prefix == 32 and not ip.is_loopback
+                                  and not ip.is_link_local)
     report["keepalived"] = keepalived_states(root)
+    for name, info in report["keepalived"].items():
+        info["advertised_addresses"] = advertised_addresses(root, name)
     if "sync" in report:
         report["sync"]["warning"] = sync_warning(report["sync"], report["keepalived"],
                                                  [c["cluster"] for c in report["clusters"]])
@@ -62,7 +68,32 @@ def _reported_on(root, cluster, node):
             for name, applied_node in applied_here(root, OWNERSHIP_DIR)]
 
 
-def _service_report(svc):
+def drains_here(root, clusters=None):
+    """({DestKey} drained, [{"cluster", "worker", "services", "since"}]) on this
+    balancer, for the clusters given or those with a saved copy here."""
+    from lbctl.adapters.files import FilesRoot
+    from lbctl.drains import drained_dests, read_drains
+    from lbctl.errors import LbctlError
+
+    from lbctl.saved import saved_clusters
+
+    clusters = saved_clusters(root, strict=False) if clusters is None else clusters
+    keys, listed = set(), []
+    for c in clusters:
+        try:
+            drains = read_drains(FilesRoot(root), c.name)
+        except LbctlError as exc:
+            listed.append({"cluster": c.name, "error": str(exc)})
+            continue
+        keys |= set(drained_dests(c, drains))
+        listed += [{"cluster": c.name, "worker": d.worker, "services": d.describe(),
+                    "since": d.since} for d in sorted(drains.values(), key=lambda d: d.worker)]
+    return keys, listed
+
+
+def _service_report(svc, drained=frozenset()):
+    from lbctl.config.model import DestKey
+
     stats = svc.stats
     return {
         "service": svc.label, "scheduler": svc.scheduler, "flags": list(svc.flags),
@@ -72,7 +103,8 @@ def _service_report(svc):
         "in_packets_per_s": stats.inpps, "in_bytes_per_s": stats.inbps,
         "real_servers": [{
             "address": f"{d.address}:{d.port}", "forward": FORWARD_NAMES.get(d.forward, str(d.forward)),
-            "weight": d.weight, "active": d.active, "inactive": d.inactive,
+            "weight": d.weight, "drained": DestKey(svc.key, d.address, d.port) in drained,
+            "active": d.active, "inactive": d.inactive,
             "connections": d.stats.conns,
         } for d in svc.dests],
     }
@@ -84,16 +116,17 @@ def learned_connections(path=CONN_SYNC_TABLE):
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             header = fh.readline().split()
-            rows = fh.read().splitlines()
+            if not {"Origin", "State", "FPrt"} <= set(header):
+                return 0
+            origin, state, client_port = (header.index(k) for k in ("Origin", "State", "FPrt"))
+            # Line by line: a busy balancer's table runs to hundreds of
+            # thousands of entries, and the exporter reads it at every scrape.
+            # Persistence templates are not connections: state NONE, client port 0.
+            return sum(1 for fields in map(str.split, fh)
+                       if len(fields) > origin and fields[origin] == "SYNC"
+                       and fields[state] != "NONE" and fields[client_port] != "0000")
     except OSError:
         return 0
-    if not {"Origin", "State", "FPrt"} <= set(header):
-        return 0
-    origin, state, client_port = (header.index(k) for k in ("Origin", "State", "FPrt"))
-    # Persistence templates are not connections: state NONE, client port 0.
-    return sum(1 for fields in map(str.split, rows)
-               if len(fields) > origin and fields[origin] == "SYNC"
-               and fields[state] != "NONE" and fields[client_port] != "0000")
 
 
 def sync_warning(sync, keepalived, clusters):
@@ -136,14 +169,42 @@ def keepalived_states(root):
     base = os.path.join(root, "run/lbctl")
     found = {}
     for cluster in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        if not os.path.isdir(os.path.join(base, cluster)):
+            continue  # a cluster's lock file (lbctl/lock.py)
         reported = read_state_dir(os.path.join(base, cluster, "state"))
         vrrp = reported.get("vrrp")
         found[cluster] = {
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
+            "transitions": _transitions(os.path.join(base, cluster, "state")),
             "health": [{"service": service, "worker": worker, "state": r.state,
                         "since": r.since} for service, worker, r in workers_health(reported)],
         }
     return found
+
+
+def advertised_addresses(root, cluster):
+    """The addresses this balancer's keepalived.conf puts in its VRRP adverts,
+    sorted; None without a VRRP instance.  `apply --all` takes the master
+    first when they change (remote/fleet.py advert_changes)."""
+    from lbctl.render.keepalived import KeepalivedLayout
+
+    layout = KeepalivedLayout(cluster, root)
+    try:
+        with open(layout.real(layout.conf), encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    block = re.search(r"^\s*virtual_ipaddress \{\n(.*?)^\s*\}", text, re.M | re.S)
+    return None if block is None else sorted(re.findall(r"^\s*([0-9.]+)/32\b", block[1], re.M))
+
+
+def _transitions(state_dir):
+    """VRRP role changes the notify hook counted since the state folder was made."""
+    try:
+        with open(os.path.join(state_dir, "vrrp.transitions"), encoding="ascii") as fh:
+            return int(fh.read().strip())
+    except (OSError, ValueError):
+        return 0
 
 
 def _format_keepalived(states, now):
@@ -159,6 +220,13 @@ def _format_keepalived(states, now):
             lines.append(f"  health {h['service']}/{h['worker']}: {h['state']} "
                          f"{for_how_long(now, h['since'])}")
     return lines
+
+
+def _format_drains(drains, now):
+    from lbctl.drains import drain_line
+
+    return [f"drain record of cluster {d['cluster']}: {d['error']}" if "error" in d else
+            drain_line(d["worker"], d["services"], d["since"], now) for d in drains]
 
 
 def _format_header(clusters):
@@ -185,7 +253,8 @@ def _format_services(services):
                      f" ({s['in_packets_per_s']}/s)  {s['in_bytes']} bytes"
                      f" ({s['in_bytes_per_s']} B/s)")
         for d in s["real_servers"]:
-            lines.append(f"    -> {d['address']:<21} {d['forward']:<6} weight {d['weight']:<5}"
+            weight = f"{d['weight']}{' drained' if d.get('drained') else ''}"
+            lines.append(f"    -> {d['address']:<21} {d['forward']:<6} weight {weight:<5}"
                          f" active {d['active']:<5} inactive {d['inactive']:<5}"
                          f" connections {d['connections']}")
     return lines
@@ -208,7 +277,9 @@ def format_status(report, now=None):
     import time
 
     lines = _format_header(report.get("clusters", []))
-    lines += _format_keepalived(report.get("keepalived", {}), time.time() if now is None else now)
+    now = time.time() if now is None else now
+    lines += _format_keepalived(report.get("keepalived", {}), now)
+    lines += _format_drains(report.get("drains", []), now)
     if report.get("ipvs_loaded", True):
         lines += _format_services(report["services"])
         if report.get("timeouts") and report["services"]:
@@ -222,16 +293,21 @@ def format_status(report, now=None):
         lines.append("IPVS: not loaded (the ip_vs kernel module), so no services run here; "
                      "`lbctl apply` loads it on a balancer")
     if report["services"] and not report["vips_on_lo"]:
-        return "\n".join(lines)  # a balancer: the worker view would only be noise
+        # A balancer: the worker view would only be noise.
+        return "\n".join(lines + _format_drift(report))
     lines.append("VIPs on lo: " + (", ".join(report["vips_on_lo"]) or "none"))
     lines.append("ARP settings in effect, the larger of `all` and the interface's own "
                  "(direct-routing workers need arp_ignore=1, arp_announce=2):")
     for ifname, values in report["arp"].items():
         lines.append(f"  {ifname:<10} " + "  ".join(f"{k}={v}" for k, v in values.items()))
-    return "\n".join(lines)
+    return "\n".join(lines + _format_drift(report))
 
 
 def run(args, out):
+    if args.connections:
+        return run_connections(args, out)
+    if args.watch:
+        return run_watch(args, out)
     cluster = node = None
     if args.file is not None:
         from lbctl.adapters.addrs import local_ipv4_addresses
@@ -241,5 +317,89 @@ def run(args, out):
         cluster = load_cluster(args.file)
         node = find_node(cluster, local_ipv4_addresses(), args.node)
     report = collect(args.root, cluster, node)
+    if cluster is not None and not args.no_drift:
+        report["drift"], report["drift_error"] = drift(args, cluster, node)
     out.write((json.dumps(report, indent=2) if args.json else format_status(report)) + "\n")
     return 0
+
+
+def run_watch(args, out):
+    """The live view: names and drains from FILE or the saved copies here."""
+    import time
+
+    from lbctl.adapters.ipvs import IpvsNetlink
+    from lbctl.watch import Names, frame, watch
+
+    clusters = _clusters_named(args)
+    ipvs = IpvsNetlink()
+
+    def read():
+        snapshot = ipvs.snapshot()
+        return [] if snapshot is None else snapshot.services
+
+    def render(snapshot, previous, seconds):
+        drained, _ = drains_here(args.root, clusters)
+        return frame(snapshot, previous, seconds, Names.of(clusters, drained),
+                     keepalived_states(args.root), time.time())
+
+    return watch(read, render, args.interval, out)
+
+
+def _clusters_named(args):
+    if args.file is not None:
+        from lbctl.config import load_cluster
+
+        return [load_cluster(args.file)]
+    from lbctl.saved import saved_clusters
+
+    return saved_clusters(args.root, strict=False)
+
+
+def run_connections(args, out):
+    """The connection table with names: from FILE, else the saved copies here."""
+    from lbctl.connections import Filter, Names, entries, write_json, write_text
+    from lbctl.errors import UsageError
+
+    names = Names.of(_clusters_named(args))
+    source = args.file or "the cluster files applied here"
+    if args.service is not None and args.service not in names.services.values():
+        raise UsageError(f"--service: no service {args.service!r} in {source}")
+    if args.worker is not None and args.worker not in names.workers.values():
+        raise UsageError(f"--worker: no worker {args.worker!r} in {source}")
+    try:
+        wanted = Filter.of(names, args.service, args.worker, args.client)
+    except ValueError as exc:
+        raise UsageError(f"--client: {exc}") from None
+    if args.json:
+        write_json(entries(wanted), names, out)
+        return 0
+    backup = [name for name, info in keepalived_states(args.root).items()
+              if (info["vrrp"] or {}).get("state") == "BACKUP"]
+    if backup:
+        out.write(f"this balancer is VRRP BACKUP ({', '.join(backup)}): these are copies of the "
+                  "master's connections, learned from its sync daemon, and lag behind it\n")
+    write_text(wanted, names, out)
+    return 0
+
+
+def drift(args, cluster, node):
+    """(what apply would change here, None), or (None, why that is not known)."""
+    from lbctl.errors import LbctlError
+    from lbctl.node import load_node
+
+    try:
+        ctx = load_node(args.file, node, args.root, cluster=cluster)
+    except LbctlError as exc:
+        return None, str(exc)
+    return [str(change).strip() for change in ctx.plan.changes], None
+
+
+def _format_drift(report):
+    if report.get("drift_error"):
+        return [f"drift from the file: not known: {report['drift_error']}"]
+    if report.get("drift") is None:
+        return []
+    if not report["drift"]:
+        return ["drift from the file: none"]
+    return ["drift from the file (`lbctl apply` would make these changes):"] + [
+        f"  {line}" for line in report["drift"]]

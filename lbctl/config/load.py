@@ -18,6 +18,7 @@ ourselves rather than through PyYAML's composer so that:
 import os
 import re
 import stat
+import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -84,8 +85,27 @@ def source_lines(text):
     return _LINE_BREAK.split(text)
 
 
+STDIN = "-"  # the path that means standard input (how `--all` sends the file)
+STDIN_NAME = "<stdin>"
+
+
 def load_document(path):
+    if str(path) == STDIN:
+        return parse_document(read_stdin(), STDIN_NAME)
     return parse_document(read_text(path), str(path))
+
+
+def read_stdin(stream=None):
+    """Standard input's text, under the same limits as a file's."""
+    stream = stream if stream is not None else sys.stdin.buffer
+    if stream.isatty():
+        # Waiting silently for a file typed by hand helps nobody.
+        raise _file_error(STDIN_NAME, "standard input is a terminal: pipe the cluster "
+                          "file in (lbctl validate - < cluster.yaml)")
+    data = stream.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise _too_big(STDIN_NAME)
+    return _decode(data, STDIN_NAME)
 
 
 def read_text(path):
@@ -110,6 +130,10 @@ def read_text(path):
         os.close(fd)
     if len(data) > MAX_BYTES:  # it grew while we read it
         raise _too_big(name)
+    return _decode(data, name)
+
+
+def _decode(data, name):
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

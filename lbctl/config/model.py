@@ -4,6 +4,7 @@ Everything here is checked already: addresses are ipaddress objects, names
 are safe to render into other files, and references resolve.
 """
 
+import re
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address, IPv4Network
 
@@ -143,6 +144,33 @@ class DestKey:
 
 
 @dataclass(frozen=True)
+class Ssh:
+    """How `--all` reaches the nodes.  None leaves the choice to ssh and its config."""
+
+    user: str | None = None
+    port: int | None = None
+    # Run lbctl through `sudo -n` on the node; by default unless the file
+    # names root as the user (the login may come from ~/.ssh/config).
+    sudo: bool | None = None
+    hosts: dict = field(default_factory=dict)  # {node: host name}; default: its address
+
+    @property
+    def uses_sudo(self):
+        return self.sudo if self.sudo is not None else self.user != "root"
+
+
+DEFAULT_EXPORTER_LISTEN = "127.0.0.1:9588"  # this host only, as Prometheus exporters do
+
+
+def split_listen(text):
+    """(IPv4Address, port) from "ADDRESS:PORT"; ValueError if it is not one."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not re.fullmatch(r"[0-9]{1,5}", port) or not 0 < int(port) < 65536:
+        raise ValueError(f"{text!r} is not ADDRESS:PORT")
+    return IPv4Address(host), int(port)
+
+
+@dataclass(frozen=True)
 class Cluster:
     name: str
     network: IPv4Network
@@ -155,6 +183,10 @@ class Cluster:
     # The IPVS timeouts the file sets ({name in IPVS_TIMEOUTS: seconds}); the
     # ones it leaves out stay as the kernel has them.
     ipvs_timeouts: dict = field(default_factory=dict)
+    ssh: Ssh = Ssh()
+    # Where each balancer's `lbctl exporter` listens ("127.0.0.1:9588"), run
+    # by a unit apply installs; None: no exporter unit.
+    exporter: str | None = None
 
     @property
     def engine(self):

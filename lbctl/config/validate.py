@@ -12,14 +12,15 @@ from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
     HEALTH_KINDS, HEALTH_PROFILES, IPVS_TIMEOUTS, PROTOCOLS, SCHEDULER_FLAGS, SCHEDULERS, Balancer, Cluster, HealthCheck,
-    RealServer, VirtualService, Vrrp, Worker,
+    DEFAULT_EXPORTER_LISTEN, RealServer, Ssh, VirtualService, Vrrp, Worker, split_listen,
 )
 from lbctl.errors import ConfigError
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 IFNAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
 
-TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp", "ipvs"}
+TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp", "ipvs", "ssh",
+            "exporter"}
 IPVS_KEYS = {"timeouts"}
 # keepalived's limit for lvs_timeouts (LVS_MAX_TIMEOUT): 31 days.
 MAX_IPVS_TIMEOUT = 86400 * 31
@@ -37,6 +38,11 @@ HTTP_PATH_RE = re.compile(r"^/[A-Za-z0-9._~%/?&=+:@,-]*$")
 # UDP probe and reply bytes, as even-length hex (keepalived reads them as hex).
 HEX_RE = re.compile(r"^(?:[0-9A-Fa-f]{2}){1,255}$")
 COMMAND_ARG_RE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+SSH_KEYS = {"user", "port", "sudo", "hosts"}
+# What ssh takes as a login and a host: never an option (a leading '-') or
+# anything a shell or ssh_config would read twice.
+SSH_USER_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$")
+SSH_HOST_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?$")
 DURATION_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(ms|s)$")
 PAIR_PRIORITIES = (150, 100)  # first and second balancer, when the file gives none
 
@@ -175,11 +181,13 @@ def validate(doc):
     _cross_checks(c, balancers, workers, services, network)
     vrrp = _vrrp(c, top, cluster_name, balancers, services)
     timeouts = _ipvs_timeouts(c, top["ipvs"]) if "ipvs" in top else {}
+    ssh = _ssh(c, top["ssh"], balancers, workers) if "ssh" in top else Ssh()
+    exporter = _exporter(c, top["exporter"], balancers) if "exporter" in top else None
     if c.errors:
         raise ConfigError(c.errors)
     return Cluster(name=cluster_name, network=network, balancers=balancers,
                    workers=workers, services=services, source=doc.path, text=doc.text,
-                   vrrp=vrrp, ipvs_timeouts=timeouts)
+                   vrrp=vrrp, ipvs_timeouts=timeouts, ssh=ssh, exporter=exporter)
 
 
 def _ipvs_timeouts(c, value):
@@ -200,6 +208,59 @@ def _ipvs_timeouts(c, value):
         if seconds is not None:
             found[name] = int(seconds)
     return found
+
+
+def _ssh(c, value, balancers, workers):
+    """How `--all` reaches each node (see model.Ssh)."""
+    p = ("ssh",)
+    if c.mapping(value, p, SSH_KEYS) is None:
+        return Ssh()
+    user = value.get("user")
+    if user is not None and (not isinstance(user, str) or not SSH_USER_RE.match(user)):
+        c.error(p + ("user",), f"ssh.user: {user!r} is not a login name (letters, digits, "
+                "'_', '.', '-', starting with a letter or '_')")
+        user = None
+    port = c.integer(value["port"], p + ("port",), 1, 65535, "port") if "port" in value else None
+    sudo = c.boolean(value["sudo"], p + ("sudo",)) if "sudo" in value else None
+    hosts = {}
+    if "hosts" in value:
+        ph = p + ("hosts",)
+        spec = c.mapping(value["hosts"], ph, set(balancers) | set(workers))
+        for node, host in (spec or {}).items():
+            if node not in balancers and node not in workers:
+                continue  # reported as an unknown key
+            if not isinstance(host, str) or not SSH_HOST_RE.match(host):
+                c.error(ph + (node,), f"ssh.hosts.{node}: {host!r} is not a host name or "
+                        "address (letters, digits, '.', '-')")
+                continue
+            hosts[node] = host
+    return Ssh(user, port, sudo, hosts)
+
+
+def _exporter(c, value, balancers):
+    """`exporter: {listen: ADDRESS:PORT}`: each balancer runs `lbctl exporter` there;
+    ADDRESS `node` is each balancer's own address from the file."""
+    p = ("exporter",)
+    if value is None:
+        value = {}  # `exporter:` alone: the defaults
+    if c.mapping(value, p, {"listen"}) is None:
+        return None
+    listen = value.get("listen", DEFAULT_EXPORTER_LISTEN)
+    text = listen if isinstance(listen, str) else ""
+    try:
+        address, _ = split_listen(text.replace("node:", "127.0.0.1:", 1)
+                                  if text.startswith("node:") else text)
+    except ValueError:
+        c.error(p + ("listen",), f"exporter.listen: {listen!r} is not ADDRESS:PORT (an IPv4 "
+                "address to bind, 127.0.0.1 for this host only or `node` for each balancer's "
+                "own, and a port from 1 to 65535)")
+        return None
+    shared = {IPv4Address("127.0.0.1"), IPv4Address("0.0.0.0")}
+    if len(balancers) > 1 and not text.startswith("node:") and address not in shared:
+        c.error(p + ("listen",), f"exporter.listen: {listen!r} names one address, and each "
+                "balancer of the pair binds its own: use node:PORT")
+        return None
+    return text
 
 
 def _balancers(c, value):

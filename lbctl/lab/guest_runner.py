@@ -32,6 +32,11 @@ def _prepare_system(job):
     _mount("sysfs", "/sys")
     _mount("tmpfs", "/run", options="mode=0755")
     _mount("tmpfs", "/dev/shm", options="mode=1777")
+    # Terminals: tmux (the status --watch test) and anything else that opens a pty.
+    os.makedirs("/dev/pts", exist_ok=True)
+    _mount("devpts", "/dev/pts", options="mode=0620,ptmxmode=0666")
+    if not os.path.exists("/dev/ptmx"):
+        os.symlink("pts/ptmx", "/dev/ptmx")
     os.makedirs("/run/netns", exist_ok=True)
     release = os.uname().release
     target = f"/lib/modules/{release}"

@@ -68,29 +68,40 @@ class Lab:
         raise LabError(f"no free address for the lab client in {self.cluster.network}")
 
     # -- building ------------------------------------------------------------
-    def build(self):
+    def build(self, servers=True):
+        """`servers`: start each worker's web and UDP servers here; a lab whose
+        nodes boot their own (systemd.py) leaves them out."""
         self.teardown(quiet=True)
         run(["ip", "netns", "add", self.lan])
         run(["ip", "-n", self.lan, "link", "add", "br0", "type", "bridge"])
         run(["ip", "-n", self.lan, "link", "set", "br0", "up"])
-        for i, node in enumerate(self.nodes.values()):
-            run(["ip", "netns", "add", node.netns])
-            peer = f"p{i}"
-            run(["ip", "link", "add", "eth0", "netns", node.netns, "type", "veth",
-                 "peer", "name", peer, "netns", self.lan])
-            run(["ip", "-n", self.lan, "link", "set", peer, "master", "br0", "up"])
-            run(["ip", "-n", node.netns, "address", "add", f"{node.address}/{self.prefixlen}",
-                 "dev", "eth0"])
-            run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
-            run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
-            # A fresh namespace starts from the kernel defaults for ARP; make
-            # the lab start from them even where the host set conf/all.
-            for key in ("arp_ignore", "arp_announce"):
-                for scope in ("all", "eth0"):
-                    self.sh(node.name, ["sysctl", "-q", "-w", f"net.ipv4.conf.{scope}.{key}=0"])
-            if node.role == "worker":
+        for node in self.nodes.values():
+            self.wire(node.name)
+            if node.role == "worker" and servers:
                 self._start_servers(node)
         return self
+
+    def wire(self, name):
+        """A fresh namespace for the node, its eth0 on the LAN: what a node's kernel
+        holds after a power cycle.  An earlier namespace of the node is deleted."""
+        node = self.nodes[name]
+        peer = f"p{list(self.nodes).index(name)}"
+        # The old pair goes even if a process still holds the old namespace.
+        run(["ip", "-n", self.lan, "link", "del", peer], check=False)
+        run(["ip", "netns", "del", node.netns], check=False)
+        run(["ip", "netns", "add", node.netns])
+        run(["ip", "link", "add", "eth0", "netns", node.netns, "type", "veth",
+             "peer", "name", peer, "netns", self.lan])
+        run(["ip", "-n", self.lan, "link", "set", peer, "master", "br0", "up"])
+        run(["ip", "-n", node.netns, "address", "add", f"{node.address}/{self.prefixlen}",
+             "dev", "eth0"])
+        run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
+        run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
+        # A fresh namespace starts from the kernel defaults for ARP; make
+        # the lab start from them even where the host set conf/all.
+        for key in ("arp_ignore", "arp_announce"):
+            for scope in ("all", "eth0"):
+                self.sh(node.name, ["sysctl", "-q", "-w", f"net.ipv4.conf.{scope}.{key}=0"])
 
     def _start_servers(self, node):
         docroot = os.path.join(self.workdir, f"{node.name}-www")
@@ -153,7 +164,7 @@ class Lab:
     def lbctl_argv(self, *args, node):
         """lbctl's command line on a node, with the node's own file root for apply and plan."""
         argv = [sys.executable, "-m", "lbctl"] + list(args)
-        if args and args[0] in ("apply", "plan", "status"):
+        if args and args[0] in ("apply", "plan", "status", "drain", "undrain"):
             argv += ["--root", self.nodes[node].root]
         return argv
 
@@ -255,6 +266,26 @@ class Lab:
         except (OSError, IndexError):
             return None
 
+    def keepalived_log(self, node, lines=25):
+        """The end of the node's keepalived log (lab keepalived logs to a file)."""
+        try:
+            with open(os.path.join(self._run_dir(node), "keepalived.log")) as fh:
+                return "".join(fh.readlines()[-lines:])
+        except OSError as exc:
+            return f"(no log: {exc})"
+
+    def wait_for_roles(self, master="lb1", backup="lb2", timeout=30):
+        """Until the hooks record `master` MASTER and `backup` BACKUP; a timeout
+        shows what both keepalived logs say."""
+        try:
+            self.wait_for(lambda: self.vrrp_state(master) == "MASTER" and
+                          self.vrrp_state(backup) == "BACKUP", timeout=timeout,
+                          what=f"{master} master and {backup} backup")
+        except LabError as exc:
+            logs = "\n".join(f"--- {n} ({self.vrrp_state(n)}):\n{self.keepalived_log(n)}"
+                             for n in (master, backup))
+            raise LabError(f"{exc}\n{logs}") from None
+
     def wait_for(self, predicate, timeout=30, what="condition"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -287,23 +318,26 @@ class Lab:
     def block_vrrp(self, node, blocked=True):
         """Drop VRRP (IP protocol 112) arriving at a node: the balancers stop hearing
         each other while clients still reach both."""
-        self._drop_arriving(node, ["match", "ip", "protocol", "112", "0xff"] if blocked else None)
+        self._drop_arriving(node, 1, ["match", "ip", "protocol", "112", "0xff"] if blocked
+                            else None)
 
     def block_sync(self, node, blocked=True, group="224.0.0.81", port=8848):
         """Drop the IPVS sync daemon's multicast arriving at a node, as a firewall or a
         switch's IGMP snooping would: VRRP and clients are not affected."""
         match = ["match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
                  "match", "ip", "dport", str(port), "0xffff"]
-        self._drop_arriving(node, match if blocked else None)
+        self._drop_arriving(node, 2, match if blocked else None)
 
-    def _drop_arriving(self, node, match):
-        """One u32 drop rule on the ingress of a node's eth0; None removes it."""
+    def _drop_arriving(self, node, pref, match):
+        """A u32 drop rule on the ingress of a node's eth0, one per `pref` (so VRRP
+        and sync can be blocked at once); None removes it."""
         netns = self.nodes[node].netns
-        run(["tc", "-n", netns, "qdisc", "del", "dev", "eth0", "ingress"], check=False)
+        run(["tc", "-n", netns, "qdisc", "add", "dev", "eth0", "ingress"], check=False)
+        run(["tc", "-n", netns, "filter", "del", "dev", "eth0", "parent", "ffff:",
+             "pref", str(pref)], check=False)
         if match:
-            run(["tc", "-n", netns, "qdisc", "add", "dev", "eth0", "ingress"])
             run(["tc", "-n", netns, "filter", "add", "dev", "eth0", "parent", "ffff:",
-                 "protocol", "ip", "u32", *match, "action", "drop"])
+                 "pref", str(pref), "protocol", "ip", "u32", *match, "action", "drop"])
 
     def vip_macs(self, vip, node="client", count=3):
         """The MACs that answer ARP for `vip`."""

@@ -16,7 +16,7 @@ import time
 
 
 def _get(address, port, path, timeout):
-    """One HTTP/1.0 request on a new connection: (ok, first line of the body)."""
+    """One HTTP/1.0 request on a new connection: (ok, the body, or what went wrong)."""
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
@@ -24,11 +24,14 @@ def _get(address, port, path, timeout):
             data = b""
             while chunk := sock.recv(65536):
                 data += chunk
-    except OSError:
-        return False, ""
+    except OSError as exc:
+        # What the client saw, for a test that finds a failed request to say why.
+        return False, f"error: {type(exc).__name__}: {exc}"
     head, _, body = data.partition(b"\r\n\r\n")
-    ok = head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n", 1)[0]
-    return ok, body.decode(errors="replace").strip()
+    status = head.split(b"\r\n", 1)[0]
+    if not (head.startswith(b"HTTP/1.") and b" 200 " in status):
+        return False, f"error: answered {status.decode(errors='replace')!r}"
+    return True, body.decode(errors="replace").strip()
 
 
 def steady_load(address, port, seconds, interval, timeout, path="/"):
@@ -36,12 +39,15 @@ def steady_load(address, port, seconds, interval, timeout, path="/"):
     records = []
     end = time.time() + seconds
     next_start = time.time()
-    while next_start < end:
-        time.sleep(max(0.0, next_start - time.time()))
-        start = time.time()
-        ok, body = _get(address, port, path, timeout)
-        records.append((start, time.time(), ok, body))
-        next_start = max(next_start + interval, time.time())
+    try:
+        while next_start < end:
+            time.sleep(max(0.0, next_start - time.time()))
+            start = time.time()
+            ok, body = _get(address, port, path, timeout)
+            records.append((start, time.time(), ok, body))
+            next_start = max(next_start + interval, time.time())
+    except KeyboardInterrupt:
+        pass  # SIGINT ends the load early: the records so far are the result
     return records
 
 

@@ -9,6 +9,7 @@ from lbctl.render.templates import render, template_text
 SCRIPT_USER = "lbctl"  # unprivileged user for health checks and notify hooks
 CHECK_SCRIPT = "lbctl-check"
 NOTIFY_SCRIPT = "lbctl-notify"
+TAKEOVER_SCRIPT = "lbctl-takeover"  # root hook of a pair: the takeover grace
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,19 @@ class KeepalivedLayout:
         return f"{self.etc_dir}/{NOTIFY_SCRIPT}"
 
     @property
+    def takeover(self):
+        return f"{self.etc_dir}/{TAKEOVER_SCRIPT}"
+
+    @property
+    def takeover_rules(self):
+        return f"{self.etc_dir}/takeover.nft"
+
+    @property
+    def nft_table(self):
+        """The nftables table of the takeover grace (a pair's balancers only)."""
+        return f"lbctl-{self.cluster}"
+
+    @property
     def run_dir(self):
         return f"/run/lbctl/{self.cluster}"
 
@@ -58,10 +72,12 @@ class KeepalivedLayout:
         return os.path.join(self.root, path.lstrip("/"))
 
 
-def render_keepalived_conf(cluster, node, interface, layout, draining=()):
+def render_keepalived_conf(cluster, node, interface, layout, draining=(), drained=()):
     """`draining`: DestKeys of real servers the file dropped that still have
-    connections; they stay at weight 0 until idle."""
+    connections; they stay at weight 0 until idle.  `drained`: DestKeys
+    `lbctl drain` took out; weight 0, checks still running."""
     balancer = cluster.balancers[node]
+    anchor = vrrp_anchor(cluster)
     peers = [b.address for name, b in cluster.balancers.items() if name != node]
     leaving = {svc.name: sorted((key.address, key.port) for key in draining
                                 if key.service == svc.key)
@@ -72,10 +88,37 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=()):
                   peer=peers[0] if peers else None, vrrp=cluster.vrrp, vips=cluster.vips,
                   preempt_delay=f"{cluster.health_settle_seconds + 1:g}",
                   services=list(cluster.services.values()), leaving=leaving,
+                  drained={(key.service, key.address) for key in drained},
                   timeouts=cluster.ipvs_timeouts,
                   script_user=SCRIPT_USER,
                   notify=layout.real(layout.notify), check=layout.real(layout.check),
+                  anchor=anchor,
+                  takeover=f"{layout.real(layout.takeover)} {layout.real(layout.takeover_rules)} "
+                           f"{layout.nft_table} {anchor}",
                   state_dir=layout.real(layout.state_dir))
+
+
+def vrrp_anchor(cluster):
+    """The one address a pair's VRRP adverts carry: fixed by the router id, so
+    no edit of the file changes what the two balancers advertise.
+
+    keepalived 2.2.7 ignores an advert whose addresses differ from its own
+    config: with the VIPs in the adverts, a balancer reloaded with other VIPs
+    would stop hearing its peer and take the VIPs over.  The VIPs go in
+    virtual_ipaddress_excluded (added and announced the same, not advertised);
+    the anchor sits on the master's lo with host scope, so nothing routes to it."""
+    return f"169.254.255.{cluster.vrrp.router_id}"
+
+
+def render_takeover_rules(cluster, layout):
+    """The nftables rules of a pair's takeover grace: every TCP VIP:port.
+
+    (UDP needs none: IPVS schedules any UDP packet it does not know, and the
+    kernel answers no reset for it.)"""
+    endpoints = sorted({(svc.vip, svc.port) for svc in cluster.services.values()
+                        if svc.protocol == "tcp"})
+    return render("keepalived", "takeover.nft.j2", cluster=cluster.name, table=layout.nft_table,
+                  endpoints=[f"{vip} . {port}" for vip, port in endpoints])
 
 
 def render_keepalived_unit(layout, ipvs_sysctls=None, vips=(), keepalived="/usr/sbin/keepalived",

@@ -4,6 +4,7 @@ from lbctl.render.templates import render
 
 WORKER_UNIT_TEMPLATE = "lbctl-worker-vips.service"
 BALANCER_UNIT_TEMPLATE = "lbctl-balancer.service"
+EXPORTER_UNIT_TEMPLATE = "lbctl-exporter.service"
 
 
 def systemd_unit_name(cluster_name, purpose):
@@ -18,6 +19,11 @@ def render_worker_unit(cluster_name, vips, sysctl_file, ip="/usr/sbin/ip", sysct
 def render_balancer_unit(cluster_name, node, config_path, python):
     return render("systemd", BALANCER_UNIT_TEMPLATE, cluster=cluster_name, node=node,
                   config=config_path, python=python)
+
+
+def render_exporter_unit(cluster_name, node, python, listen):
+    return render("systemd", EXPORTER_UNIT_TEMPLATE, cluster=cluster_name, node=node,
+                  python=python, listen=listen)
 
 
 def exec_start_lines(unit_text, key="ExecStart"):

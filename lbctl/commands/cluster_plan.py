@@ -1,0 +1,31 @@
+"""plan --all: every node's plan in one report."""
+
+from lbctl.config import load_cluster
+from lbctl.errors import EXIT_CHANGES
+from lbctl.remote.blocks import node_block, progress
+from lbctl.remote.fleet import select
+from lbctl.remote.ssh import run_on_each
+
+
+def run(args, out):
+    cluster = load_cluster(args.file)
+    selected = select(cluster, args.node)
+    flags = (["--remove"] if args.remove else []) + (["--force"] if args.force else [])
+    progress(f"planning on {len(selected)} node(s) ...")
+    outcomes = run_on_each(selected, lambda t: ["plan", "-", "--node", t.node,
+                                                "--detailed-exitcode", *flags],
+                           cluster.text, args.ssh_config)
+    pending, failed = [], []
+    for target in selected:
+        outcome = outcomes[target.node]
+        # A problem first: an lbctl too old for --expect-version exits 2 as well.
+        if outcome.problem() is not None or outcome.returncode not in (0, EXIT_CHANGES):
+            failed.append(target.node)
+        elif outcome.returncode == EXIT_CHANGES:
+            pending.append(target.node)
+        out.write(node_block(outcome, "FAILED" if target.node in failed else None) + "\n")
+    out.write(f"changes pending on {', '.join(pending) or 'no node'}"
+              + (f"; could not plan on {', '.join(failed)}" if failed else "") + "\n")
+    if failed:
+        return 1
+    return EXIT_CHANGES if pending and args.detailed_exitcode else 0

@@ -1,0 +1,153 @@
+"""rollout: update every worker in turn without failing a request.
+
+For each worker (or batch): drain it on every balancer, wait until the
+balancer carrying the traffic holds no connection to it, run the user's
+command with the worker's name and address in its environment, wait until
+its health checks pass on every balancer, and undrain it.  Anything that
+fails stops the rollout there, with that worker left drained.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from lbctl.commands.cluster_drain import on_balancers, wait_idle
+from lbctl.config import load_cluster
+from lbctl.errors import UsageError
+from lbctl.remote.blocks import progress
+from lbctl.remote.ssh import run_on_each, targets
+
+HEALTH_POLL = 2.0  # seconds between asking the balancers for health
+
+
+def run(args, out):
+    cluster = load_cluster(args.file)
+    balancers = [t for t in targets(cluster).values() if t.role == "balancer"]
+    order = serving_workers(cluster)
+    if args.start_at is not None:
+        if args.start_at not in order:
+            raise UsageError(f"--start-at: {args.start_at!r} is not a worker that serves a "
+                             f"service in {cluster.source} ({', '.join(order)})")
+        order = order[order.index(args.start_at):]
+    batches = [order[i:i + args.batch] for i in range(0, len(order), args.batch)]
+    done = []
+    for number, batch in enumerate(batches):
+        if number and args.pause:
+            progress(f"pausing {args.pause:g}s before {', '.join(batch)}")
+            time.sleep(args.pause)
+        problem = _one_batch(args, cluster, balancers, batch, out)
+        if problem:
+            return _stopped(args, order, done, batch, problem, out)
+        done += batch
+    out.write(f"rolled out to {len(done)} worker(s): {', '.join(done)}\n")
+    return 0
+
+
+def serving_workers(cluster):
+    """The workers in the file's order, those that serve at least one service."""
+    serving = {rs.worker for svc in cluster.services.values() for rs in svc.real_servers}
+    return [name for name in cluster.workers if name in serving]
+
+
+def _one_batch(args, cluster, balancers, batch, out):
+    """None when the batch went through; else what stopped it."""
+    ssh = args.ssh_config
+    for worker in batch:
+        if not on_balancers(cluster, balancers, "drain", worker, None, ssh, out):
+            return f"drain {worker} failed"
+    for worker in batch:
+        if not wait_idle(cluster, balancers, worker, None, args.timeout, ssh, out):
+            return f"{worker} still had connections after {args.timeout:g}s"
+    for worker in batch:
+        code = run_command(args.exec, cluster, worker, out)
+        if code != 0:
+            return f"the command exited {code} for {worker}"
+    finished = time.monotonic()
+    for worker in batch:
+        healthy, why = wait_healthy(cluster, balancers, worker, finished, args.timeout, ssh)
+        if not healthy:
+            return f"{worker} did not turn healthy within {args.timeout:g}s ({why})"
+        out.write(f"{worker}: {why}\n")
+    for worker in batch:
+        if not on_balancers(cluster, balancers, "undrain", worker, None, ssh, out):
+            return f"undrain {worker} failed"
+    return None
+
+
+def run_command(command, cluster, worker, out):
+    """The user's command, through the shell as they typed it; the worker comes
+    in the environment, never spliced into the command text."""
+    address = str(cluster.workers[worker].address)
+    progress(f"running the command for {worker} ({address}) ...")
+    out.flush()
+    env = os.environ | {"LBCTL_CLUSTER": cluster.name, "LBCTL_WORKER": worker,
+                        "LBCTL_WORKER_ADDRESS": address}
+    return subprocess.run(command, shell=True, env=env, check=False).returncode
+
+
+def checked_services(cluster, worker):
+    return [svc for svc in sorted(cluster.services.values(), key=lambda s: s.name)
+            if svc.health is not None and any(rs.worker == worker for rs in svc.real_servers)]
+
+
+def detection_seconds(services):
+    """How long a check takes to see a broken server: its retries, one interval more."""
+    return max((s.health.retries * (s.health.interval + s.health.timeout) + s.health.interval
+                for s in services), default=0)
+
+
+def wait_healthy(cluster, balancers, worker, since, timeout, ssh_config,
+                 clock=time.monotonic, sleep=time.sleep, ask=None):
+    """(True, how) once every check of the worker passes on every balancer, at
+    least a detection time after `since` (the command's end), so a server the
+    command broke is seen as down first; (False, what is missing) at timeout."""
+    services = checked_services(cluster, worker)
+    if not services:
+        return True, "no health check in the file: undrained once the command succeeded"
+    ask = ask or (lambda: _health_reports(cluster, balancers, ssh_config))
+    sleep(max(0.0, since + detection_seconds(services) - clock()))
+    deadline = clock() + timeout
+    while True:
+        missing = []
+        reports = ask()
+        for target in balancers:
+            health = reports.get(target.node)
+            for svc in services:
+                state = None if health is None else health.get((svc.name, worker))
+                if state != "up":
+                    missing.append(f"{svc.name} on {target.node}: {state or 'not reported'}")
+        if not missing:
+            return True, f"healthy on {', '.join(t.node for t in balancers)}"
+        if clock() >= deadline:
+            return False, "; ".join(missing)
+        sleep(HEALTH_POLL)
+
+
+def _health_reports(cluster, balancers, ssh_config):
+    """{balancer: {(service, worker): "up"/"down"}}, or None for one that did not answer."""
+    outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
+                                                 "--no-drift"], cluster.text, ssh_config)
+    reports = {}
+    for node, outcome in outcomes.items():
+        try:
+            info = json.loads(outcome.stdout)["keepalived"][cluster.name]
+            reports[node] = {(h["service"], h["worker"]): h["state"] for h in info["health"]}
+        except (ValueError, KeyError, TypeError):
+            reports[node] = None
+    return reports
+
+
+def _stopped(args, order, done, batch, problem, out):
+    untouched = [w for w in order if w not in done and w not in batch]
+    out.write(f"stopped at {', '.join(batch)}: {problem}.\n"
+              f"  left as the blocks above show: drained where the drain succeeded "
+              f"(no new connections there); `lbctl undrain WORKER {args.file} --all` puts "
+              "one back\n"
+              f"  done: {', '.join(done) or 'none'}; not started: {', '.join(untouched) or 'none'}\n"
+              f"  to resume once fixed: lbctl rollout {args.file} --exec ... "
+              f"--start-at {batch[0]}  (drains {batch[0]} again, reruns the command, and "
+              "undrains it once healthy)\n")
+    print(f"lbctl: rollout stopped at {', '.join(batch)}: {problem}", file=sys.stderr)
+    return 1

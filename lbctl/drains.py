@@ -1,0 +1,140 @@
+"""Workers an operator took out of rotation with `lbctl drain`, kept on each balancer.
+
+A drain is state of its own, beside the cluster file: the file says what a
+worker's weight is, the drain record says it gets no new connections for now.
+apply, a keepalived reload, a failover and a reboot all read the record, so
+the worker stays drained until `lbctl undrain` takes it out of the record.
+"""
+
+import json
+from dataclasses import dataclass
+
+from lbctl.config.model import DestKey
+from lbctl.errors import NodeError
+
+DRAIN_DIR = "/var/lib/lbctl/drained"
+# The record's layout; a newer one is refused rather than misread.
+DRAIN_FORMAT = 1
+
+
+class NewerDrainRecord(NodeError):
+    """A record this lbctl cannot read because a later one wrote it: unlike a
+    damaged one, it is whole, and apply must not act as if it were empty."""
+
+
+def drain_path(cluster_name):
+    return f"{DRAIN_DIR}/{cluster_name}.json"
+
+
+@dataclass(frozen=True)
+class Drain:
+    """One drained worker: on every service (services None) or on the ones named."""
+
+    worker: str
+    services: frozenset | None
+    since: float  # epoch seconds of the first drain
+
+    def covers(self, service):
+        return self.services is None or service in self.services
+
+    def describe(self):
+        return "every service" if self.services is None else ", ".join(sorted(self.services))
+
+
+def read_drains(files, cluster_name):
+    """{worker: Drain}.  A damaged record is an error: read as empty, it would
+    quietly put every drained worker back into rotation."""
+    path = drain_path(cluster_name)
+    found = files.read(path)
+    if found is None:
+        return {}
+    try:
+        data = json.loads(found[0])
+        if not isinstance(data, dict) or not isinstance(data.get("drained"), dict):
+            raise ValueError("not a drain record")
+        if not isinstance(data.get("format"), int) or data["format"] > DRAIN_FORMAT:
+            raise NewerDrainRecord(f"{path} was written by a newer lbctl (format "
+                                   f"{data.get('format')}); upgrade lbctl on this node")
+        drains = {}
+        for worker, entry in data["drained"].items():
+            services = entry.get("services")
+            if services is not None and (not isinstance(services, list) or
+                                         not all(isinstance(s, str) for s in services)):
+                raise ValueError(f"{worker}: services must be a list of names or null")
+            drains[worker] = Drain(worker, None if services is None else frozenset(services),
+                                   float(entry["since"]))
+        return drains
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise NodeError(f"{path} is damaged ({exc}): which workers are drained is not known; "
+                        "fix it, or delete it to undrain every worker") from None
+
+
+def write_drains(files, cluster_name, drains):
+    path = drain_path(cluster_name)
+    if not drains:
+        files.remove(path)
+        return
+    text = json.dumps({"format": DRAIN_FORMAT, "drained": {
+        d.worker: {"services": None if d.services is None else sorted(d.services),
+                   "since": d.since}
+        for d in sorted(drains.values(), key=lambda d: d.worker)}}, indent=2) + "\n"
+    files.write(path, text, 0o644)
+
+
+def with_drain(drains, worker, service, now):
+    """The record after draining `worker` on `service` (None: every service)."""
+    old = drains.get(worker)
+    if old is None:
+        services = None if service is None else frozenset([service])
+        return drains | {worker: Drain(worker, services, now)}
+    if service is None or old.services is None:
+        services = None
+    else:
+        services = old.services | {service}
+    return drains | {worker: Drain(worker, services, old.since)}
+
+
+def without_drain(drains, cluster, worker, service):
+    """The record after undraining `worker` on `service` (None: every service)."""
+    old = drains.get(worker)
+    if old is None:
+        return drains
+    rest = {k: v for k, v in drains.items() if k != worker}
+    if service is None:
+        return rest
+    remaining = (old.services if old.services is not None
+                 else frozenset(services_of_worker(cluster, worker))) - {service}
+    if not remaining:
+        return rest
+    return rest | {worker: Drain(worker, remaining, old.since)}
+
+
+def services_of_worker(cluster, worker):
+    return sorted(svc.name for svc in cluster.services.values()
+                  if any(rs.worker == worker for rs in svc.real_servers))
+
+
+def drained_dests(cluster, drains):
+    """{DestKey: Drain} of the file's real servers that are drained; entries for
+    workers or services the file no longer has are ignored."""
+    found = {}
+    for svc in cluster.services.values():
+        for rs in svc.real_servers:
+            drain = drains.get(rs.worker)
+            if drain is not None and drain.covers(svc.name):
+                found[DestKey(svc.key, rs.address, svc.port)] = drain
+    return found
+
+
+def describe_drains(ctx, now):
+    """Lines for plan and apply: who is drained, where, since when."""
+    problem = [f"WARNING: {ctx.drain_problem}"] if ctx.drain_problem else []
+    return problem + [drain_line(d.worker, d.describe(), d.since, now)
+                      for d in sorted(ctx.drains.values(), key=lambda d: d.worker)]
+
+
+def drain_line(worker, services, since, now):
+    from lbctl.health import for_how_long
+
+    return (f"drained: {worker} on {services} {for_how_long(now, since)} "
+            f"(weight 0 until `lbctl undrain {worker}`)")

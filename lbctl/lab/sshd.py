@@ -1,0 +1,99 @@
+"""An OpenSSH server in each lab node, so `--all` is driven as on real Pis.
+
+Keys are made fresh for each lab in a private folder.  Each node's sshd hands
+lbctl the node's own file root ($LBCTL_ROOT) and this lbctl on the PATH, the
+way a real node has its own / and lbctl installed.
+"""
+
+import os
+import subprocess
+import sys
+import time
+
+from lbctl.errors import LabError
+from lbctl.lab.shell import run
+
+SSHD = "/usr/sbin/sshd"
+
+
+class LabSsh:
+    def __init__(self, lab):
+        self.lab = lab
+        self.dir = os.path.join(lab.workdir, "ssh")
+        self.config = os.path.join(self.dir, "ssh_config")
+        self.processes = {}
+
+    def setup(self):
+        if not os.path.exists(SSHD):
+            raise LabError(f"{SSHD} is missing: apt install openssh-server")
+        os.makedirs(self.dir, mode=0o700, exist_ok=True)
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privilege separation
+        for name in ("host_key", "client_key"):
+            path = os.path.join(self.dir, name)
+            if not os.path.exists(path):
+                run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"lbctl-lab-{name}",
+                     "-f", path])
+        with open(os.path.join(self.dir, "client_key.pub")) as fh:
+            self._write("authorized_keys", fh.read())
+        with open(os.path.join(self.dir, "host_key.pub")) as fh:
+            host_key = " ".join(fh.read().split()[:2])
+        nodes = [n for n in self.lab.nodes.values() if n.role != "client"]
+        self._write("known_hosts", "".join(f"{n.address} {host_key}\n" for n in nodes))
+        self._write("ssh_config", "\n".join([
+            "Host *",
+            "  User root",
+            f"  IdentityFile {self.dir}/client_key",
+            "  IdentitiesOnly yes",
+            f"  UserKnownHostsFile {self.dir}/known_hosts",
+            "  StrictHostKeyChecking yes",
+            "  LogLevel ERROR", ""]))
+        for node in nodes:
+            self.start(node.name)
+        return self
+
+    def _write(self, name, text):
+        path = os.path.join(self.dir, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        return path
+
+    def _sshd_config(self, node):
+        bin_dir = os.path.dirname(sys.executable)
+        return self._write(f"sshd_{node.name}", "\n".join([
+            f"ListenAddress {node.address}:22",
+            f"HostKey {self.dir}/host_key",
+            f"PidFile {self.dir}/sshd_{node.name}.pid",
+            f"AuthorizedKeysFile {self.dir}/authorized_keys",
+            "StrictModes no",  # the keys live under the lab's folder, not a home
+            "PermitRootLogin prohibit-password",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "UsePAM no",
+            f"SetEnv LBCTL_ROOT={node.root} PATH={bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", ""]))
+
+    def start(self, name):
+        node = self.lab.nodes[name]
+        proc = subprocess.Popen(["ip", "netns", "exec", node.netns, SSHD, "-D", "-e",
+                                 "-f", self._sshd_config(node)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.processes[name] = proc
+        self.lab._wait_listening(node, 22)
+
+    def stop(self, name):
+        proc = self.processes.pop(name, None)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=10)
+
+    def stop_all(self):
+        for name in list(self.processes):
+            self.stop(name)
+
+    def lbctl_all(self, *args, timeout=600):
+        """lbctl with --all from the client namespace, as a person on a laptop runs it."""
+        argv = [sys.executable, "-m", "lbctl", *args, "--all", "--ssh-config", self.config]
+        started = time.monotonic()
+        done = self.lab.sh("client", argv, check=False, timeout=timeout)
+        done.seconds = time.monotonic() - started
+        return done

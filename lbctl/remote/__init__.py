@@ -1,0 +1,1 @@
+"""Driving every node of a cluster from one machine, over the system's OpenSSH."""

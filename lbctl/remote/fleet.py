@@ -1,0 +1,100 @@
+"""Which nodes `--all` runs on, and in what order a rollout takes them."""
+
+import json
+
+from lbctl.errors import NodeError
+from lbctl.remote.ssh import run_on_each, targets
+
+
+def select(cluster, names=None):
+    """[Target] of the nodes named (NAME[,NAME...]), or of all; unknown names are an
+    error before any node is contacted."""
+    every = targets(cluster)
+    if not names:
+        return list(every.values())
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in every]
+    if unknown:
+        raise NodeError(f"--node: {', '.join(unknown)} not in {cluster.source} "
+                        f"(nodes: {', '.join(every)})")
+    return [t for name, t in every.items() if name in wanted]
+
+
+def balancer_order(cluster, balancers, reported):
+    """Backup before master, so the master keeps serving while its peer changes.
+    `reported` ({node: {"state", "advertised_addresses"}}) is what the balancers say
+    now; where they say nothing, the lower priority is taken as the backup."""
+    def rank(target):
+        state = (reported.get(target.node) or {}).get("state")
+        if state == "MASTER":
+            return (2, 0)
+        if state in ("BACKUP", "FAULT"):
+            return (0, 0)
+        return (1, cluster.balancers[target.node].priority or 0)
+    return sorted(balancers, key=rank)
+
+
+def advert_changes(cluster, reported):
+    """True when a balancer's VRRP adverts carry other addresses than the file's
+    config will (an lbctl that advertised the VIPs themselves, before
+    render.keepalived.vrrp_anchor()).
+
+    keepalived 2.2.7 ignores an advert whose addresses differ from its own
+    config until it has accepted one from that master (skip_check_adv_addr),
+    and forgets that at its own reload: a backup reloaded first would take the
+    VIPs over until the master had the new config.  So the master goes first."""
+    from lbctl.render.keepalived import vrrp_anchor
+
+    wanted = {vrrp_anchor(cluster)}
+    return any(r and r.get("advertised_addresses") is not None
+               and set(r["advertised_addresses"]) != wanted for r in reported.values())
+
+
+def rollout_stages(cluster, selected, balancers_now, removing=False):
+    """(label, [Target]) in the order apply takes them, one stage at a time.
+
+    Workers first: a worker must hold the VIP before a balancer sends it
+    traffic.  Then the backup balancer, then the master (the master first
+    when what the adverts carry changes: advert_changes()).  Taking lbctl
+    away goes the other way: the balancers stop sending traffic before the
+    workers let go of the VIP.  `balancers_now()` is called only when the
+    balancers are due, so asking them can overlap the workers' stage.
+    """
+    workers = [t for t in selected if t.role == "worker"]
+    balancers = [t for t in selected if t.role == "balancer"]
+    if workers and not removing:
+        yield "workers", workers
+    reported = balancers_now() if len(balancers) > 1 else {}
+    ordered = balancer_order(cluster, balancers, reported)
+    labels = ["backup balancer", "master balancer"] if len(ordered) == 2 else ["balancer"]
+    staged = list(zip(labels, ordered))
+    if not removing and advert_changes(cluster, reported):
+        staged.reverse()
+    yield from ((label, [t]) for label, t in staged)
+    if workers and removing:
+        yield "workers", workers
+
+
+def balancers_now(cluster, selected, ssh_config):
+    """{balancer: {"state": VRRP state now, "advertised_addresses": [...]}}, asked only
+    when a pair is to be taken in turn; None for a balancer that did not say."""
+    balancers = [t for t in selected if t.role == "balancer"]
+    if len(balancers) < 2:
+        return {}
+    outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
+                                                 "--no-drift"], cluster.text, ssh_config)
+    found = {}
+    for node, outcome in outcomes.items():
+        try:
+            info = json.loads(outcome.stdout)["keepalived"].get(cluster.name) or {}
+            found[node] = {"state": (info.get("vrrp") or {}).get("state"),
+                           "advertised_addresses": info.get("advertised_addresses")}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            found[node] = None
+    return found
+
+
+def vrrp_states(cluster, selected, ssh_config):
+    """{balancer: VRRP state now, or None}."""
+    return {node: (report or {}).get("state")
+            for node, report in balancers_now(cluster, selected, ssh_config).items()}

@@ -1,0 +1,64 @@
+"""The cluster file as last applied on this balancer (its saved copy).
+
+Commands that act on the running cluster rather than roll out a file (drain,
+undrain, status --connections) take names and weights from it, so they never
+carry out edits of the file that were not applied yet.
+"""
+
+import os
+
+from lbctl.errors import NodeError
+
+
+def saved_copy(cluster_name):
+    return f"/etc/lbctl/{cluster_name}.yaml"
+
+
+def _real(root, name):
+    return os.path.join(root, saved_copy(name).lstrip("/"))
+
+
+def saved_clusters(root, strict=True):
+    """The clusters applied here that have a saved copy, loaded from it.
+    `strict` False (status, the exporter): a copy that no longer loads is
+    left out rather than stopping a report on the rest."""
+    from lbctl.adapters.protocols import OWNERSHIP_DIR
+    from lbctl.config import load_cluster
+    from lbctl.errors import LbctlError
+    from lbctl.ownership import applied_here
+
+    found = []
+    for name, _node in applied_here(root, OWNERSHIP_DIR):
+        if os.path.exists(_real(root, name)):
+            try:
+                found.append(load_cluster(_real(root, name)))
+            except LbctlError:
+                if strict:
+                    raise
+    return found
+
+
+def applied_cluster(root, name=None, worker=None):
+    """(Cluster, path of its saved copy) of the cluster applied on this balancer:
+    the one named, else the only one here (with `worker`, if given)."""
+    from lbctl.config import load_cluster
+
+    def real(name):
+        return _real(root, name)
+
+    if name is not None:
+        if not os.path.exists(real(name)):
+            raise NodeError(f"cluster {name} has no saved copy here ({saved_copy(name)}): "
+                            "this is not one of its balancers, or it was applied by an lbctl "
+                            "before 0.2; `lbctl apply` it here first")
+        return load_cluster(real(name)), real(name)
+    found = saved_clusters(root)
+    if worker is not None:
+        found = [c for c in found if worker in c.workers] or found
+    if len(found) == 1:
+        return found[0], real(found[0].name)
+    if not found:
+        raise NodeError("no cluster applied on this host has a saved copy, so this is not a "
+                        "balancer lbctl runs; name the cluster file, or `lbctl apply` it first")
+    raise NodeError(f"several clusters are applied here ({', '.join(c.name for c in found)}): "
+                    "name the cluster file")

@@ -1,0 +1,269 @@
+"""The whole cluster from one machine: plan, apply, status and remove with --all,
+from the client's namespace over real OpenSSH to an sshd in every node.
+
+The tests run in order on one failover pair and share its state.
+"""
+
+import os
+import re
+import sys
+import time
+
+import pytest
+
+from clusters import DNS_VIP, PAIR, TOPOLOGY, WEB_VIP, pair_edited, write_cluster
+from conftest import ClusterLab, measured
+from lbctl.lab.sshd import LabSsh
+
+NODES = ["lb1", "lb2", "pi1", "pi2", "pi3", "pi4"]
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A lab of its own, so the nodes are seen before lbctl ever touched them."""
+    workdir = tmp_path_factory.mktemp("fleet")
+    the_lab = ClusterLab(write_cluster(workdir / "topology.yaml", TOPOLOGY), workdir, "fl")
+    the_lab.build()
+    PRISTINE.update({name: node_trace(the_lab, name) for name in NODES})
+    try:
+        yield the_lab
+    finally:
+        the_lab.teardown()
+
+
+@pytest.fixture(scope="module")
+def fleet(lab):
+    ssh = LabSsh(lab).setup()
+    yield ssh
+    ssh.stop_all()
+
+
+def as_root(spec):
+    """The lab logs in as root and runs lbctl without sudo.
+
+    VRRP keeps its default 1 s adverts here: these tests fail nothing over,
+    and with the pair's fast 100 ms ones, a keepalived reload on the emulated
+    lab's busy CPUs can miss three adverts, hand the VIP to the backup for a
+    moment, and reset a connection that began on the other balancer."""
+    return {**spec, "ssh": {"user": "root"}, "vrrp": {"advert_interval": "1s", "preempt": True}}
+
+
+@pytest.fixture(scope="module")
+def pair_file(lab):
+    return lab.write("fleet-pair", as_root(PAIR))
+
+
+# The edit the load test rolls out: worker pi4 joins, pi3's weight changes,
+# and the dns service goes, so pi1 and pi2 give up its VIP.
+GROWN = pair_edited(workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 1},
+                                       "pi4": {"address": "192.168.100.7"}},
+                    services=lambda s: {"web": s["web"]})
+PRISTINE = {}  # each node as lbctl found it, before the first apply --all
+
+
+def node_trace(lab, name):
+    """What lbctl could leave on a node: its addresses, IPVS table, the sysctls
+    lbctl sets, its daemons, nftables (a pair's takeover grace), and every file
+    and link under the node's root."""
+    node = lab.nodes[name]
+    trace = {"addresses": sorted(lab.sh(name, ["ip", "-4", "-o", "address", "show"]).stdout
+                                 .split("\n")),
+             "ipvs": lab.ipvs_rules(name),
+             "ipvs timeouts": lab.sh(name, ["ipvsadm", "-L", "--timeout"]).stdout,
+             "sysctls": lab.sh(name, ["sysctl", "-a", "--pattern",
+                                      r"^net\.ipv4\.(vs|conf\.(all|eth0|lo))\."],
+                               check=False).stdout,
+             "keepalived": lab.keepalived_pids(name), "files": {},
+             "nftables": lab.sh(name, ["nft", "list", "ruleset"]).stdout}
+    for folder, _dirs, files in os.walk(node.root):
+        for entry in files:
+            path = os.path.join(folder, entry)
+            trace["files"][path] = os.readlink(path) if os.path.islink(path) else \
+                open(path, "rb").read()
+    return trace
+
+
+def node_seconds(output):
+    """How long each node took, from the blocks' headers: pi1=4.2s,..."""
+    return ",".join(f"{n}={t}s" for n, t in re.findall(r"^== (\S+) \(.*\) ([\d.]+)s", output, re.M))
+
+
+def order_of(output):
+    """Node names in the order their blocks were printed."""
+    return re.findall(r"^== (\S+) \(", output, re.M)
+
+
+def test_apply_all_brings_a_fresh_cluster_up_in_order(lab, fleet, pair_file):
+    assert lab.curl(f"http://{WEB_VIP}/", timeout=2).returncode != 0  # nothing serves the VIP
+
+    up = fleet.lbctl_all("apply", str(pair_file))
+    measured("apply --all: fresh pair, 3 workers", seconds=f"{up.seconds:.1f}",
+             nodes=node_seconds(up.stdout))
+    assert up.returncode == 0, up.stdout + up.stderr
+    # Workers first, then the backup, then the master.
+    order = order_of(up.stdout)
+    assert set(order[:3]) == {"pi1", "pi2", "pi3"} and order[3:] == ["lb2", "lb1"], up.stdout
+    assert "applied on 5 node(s)" in up.stdout
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
+    served = {lab.curl(f"http://{WEB_VIP}/").stdout.strip() for _ in range(12)}
+    assert served == {"served by pi1", "served by pi2", "served by pi3"}
+
+    plan = fleet.lbctl_all("plan", str(pair_file), "--detailed-exitcode")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert plan.stdout.count("no changes") == 5
+
+
+def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):
+    lab.sh("pi2", ["ip", "address", "del", f"{WEB_VIP}/32", "dev", "lo"])
+    plan = fleet.lbctl_all("plan", str(pair_file), "--detailed-exitcode")
+    assert plan.returncode == 2, plan.stdout + plan.stderr
+    assert "changes pending on pi2\n" in plan.stdout
+    assert f"+ address {WEB_VIP}/32 dev lo" in plan.stdout
+
+
+def test_an_unreachable_node_is_shown_and_stops_apply_there(lab, fleet, pair_file):
+    fleet.stop("pi3")
+    try:
+        # One view from every node that answers: roles, tables by name, drift.
+        status = fleet.lbctl_all("status", str(pair_file))
+        assert status.returncode == 1
+        text = status.stdout
+        assert re.search(r"^worker pi3 \(192\.168\.100\.6\): unreachable: .*port 22", text,
+                         re.M), text
+        assert re.search(r"^balancer lb1 \(192\.168\.100\.2\): VRRP MASTER", text, re.M), text
+        assert re.search(r"^balancer lb2 \(192\.168\.100\.5\): VRRP BACKUP", text, re.M), text
+        assert f"service web (tcp {WEB_VIP}:80) wrr" in text
+        assert re.search(r"worker pi3 \(192\.168\.100\.6:80\) weight 2 .* up for", text), text
+        pi2 = text.split("worker pi2 (192.168.100.4):")[1].split("\nworker ")[0]
+        assert pi2.startswith(" VIPs on lo 192.168.100.11;"), pi2  # the web VIP is gone
+        assert f"+ address {WEB_VIP}/32 dev lo" in pi2
+        assert text.count("drift: none, the node matches the file") == 3
+
+        edit = lab.write("fleet-weight", as_root(pair_edited(
+            workers=lambda w: {**w, "pi1": {**w["pi1"], "weight": 3}})))
+        applied = fleet.lbctl_all("apply", str(edit))
+        assert applied.returncode == 1
+        assert "stopped: failed on pi3; done on pi1, pi2; not touched: lb1, lb2" in applied.stdout, \
+            applied.stdout
+        assert WEB_VIP in lab.sh("pi2", ["ip", "-4", "address", "show", "dev", "lo"]).stdout
+        # The balancers were not touched: pi1 still has its old weight there.
+        assert f"-a -t {WEB_VIP}:80 -r 192.168.100.3:80 -g -w 1" in lab.ipvs_rules("lb1")
+    finally:
+        fleet.start("pi3")
+
+
+def test_a_bad_file_is_rejected_before_any_node_is_contacted(lab, fleet, pair_file):
+    bad = lab.files / "fleet-bad.yaml"
+    bad.write_text(pair_file.read_text().replace("priority: 100", "priority: 100\n    prio: 1"))
+    records = {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read() for n in NODES[:5]}
+    fleet.stop_all()  # a contact attempt would now fail with "unreachable"
+    try:
+        for command in ("apply", "plan", "status"):
+            done = fleet.lbctl_all(command, str(bad))
+            assert done.returncode == 1, command
+            assert re.match(rf"{re.escape(str(bad))}:\d+:5: balancers\.lb2: unknown key 'prio'",
+                            done.stderr), done.stderr
+            assert done.stdout == "" and "unreachable" not in done.stderr
+    finally:
+        for name in NODES:
+            fleet.start(name)
+    assert records == {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read()
+                       for n in NODES[:5]}
+
+
+def test_apply_all_of_an_edit_under_load_fails_no_request(lab, fleet, pair_file):
+    # The edit adds worker pi4 and changes pi3's weight: pi4 must hold the VIP
+    # before any balancer sends it a request.
+    edit = lab.write("fleet-grow", as_root(GROWN))
+    capture = lab.start_capture()
+    load = lab.start_load(interval=0.1, timeout=1)
+    applied = fleet.lbctl_all("apply", str(edit))
+    records = lab.stop_load(load)
+    failed = [r for r in records if not r[2]]
+    seen = lab.stop_capture(capture, failed)
+    measured("apply --all of an edit under load", seconds=f"{applied.seconds:.1f}",
+             failed=f"{len(failed)}/{len(records)}", nodes=node_seconds(applied.stdout))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    # Workers add first; the balancers stop using the dns VIP; only then do
+    # pi1 and pi2 let go of it.
+    order = order_of(applied.stdout)
+    assert set(order[:4]) == {"pi1", "pi2", "pi3", "pi4"} and set(order[4:6]) == {"lb1", "lb2"}
+    # The backup before the master.  The VIPs change, yet the adverts carry
+    # only the pair's fixed anchor: lb2, reloaded first, keeps hearing lb1
+    # and stays backup (had it taken the VIPs, a request would have failed).
+    assert "applying on backup balancer lb2" in applied.stderr, applied.stderr
+    assert order[4:6] == ["lb2", "lb1"], applied.stderr
+    assert order[6:] == ["pi1", "pi2"], applied.stdout
+    assert f"left for the next apply: - address {DNS_VIP}/32 dev lo" in applied.stdout
+    for worker in ("pi1", "pi2"):
+        assert DNS_VIP not in lab.sh(worker, ["ip", "-4", "address", "show", "dev", "lo"]).stdout
+    assert failed == [], seen
+    assert {r[3] for r in records} >= {"served by pi1", "served by pi2", "served by pi3"}
+    lab.wait_for(lambda: "served by pi4" in lab.ask_web(8), timeout=20, what="pi4 serving")
+    assert f"-a -t {WEB_VIP}:80 -r 192.168.100.6:80 -g -w 1" in lab.ipvs_rules("lb1")
+
+
+def test_rollout_updates_every_worker_under_load_and_fails_no_request(lab, fleet):
+    grown = lab.files / "fleet-grow.yaml"
+    # The update a person would push: each worker's page, replaced atomically,
+    # with its web server frozen for 3 s meanwhile.  A request sent to a worker
+    # the rollout had not truly drained would hang past the load's 2 s and fail.
+    for worker in ("pi1", "pi2", "pi3", "pi4"):
+        (lab.files / f"{worker}.httpd.pid").write_text(f"{lab.web_server(worker).pid}\n")
+    page = f'{lab.workdir}/"$LBCTL_WORKER"-www/index.html'
+    pid = f'$(cat {lab.files}/"$LBCTL_WORKER".httpd.pid)'
+    command = (f'kill -STOP {pid} && sleep 3 && '
+               f'printf "served by %s v2\\n" "$LBCTL_WORKER" > {page}.new && '
+               f'mv {page}.new {page} && kill -CONT {pid}')
+    load = lab.start_load(interval=0.1, timeout=2)
+    started = time.monotonic()
+    rolled = rollout(lab, fleet, grown, "--exec", command, "--batch", "2")
+    seconds = time.monotonic() - started
+    records = lab.stop_load(load)
+    failed = [r for r in records if not r[2]]
+    measured("rollout of 4 workers, 2 at a time, under load", seconds=f"{seconds:.1f}",
+             failed=f"{len(failed)}/{len(records)}")
+    assert rolled.returncode == 0, rolled.stdout + rolled.stderr
+    assert "rolled out to 4 worker(s): pi1, pi2, pi3, pi4" in rolled.stdout
+    assert failed == []
+    workers = ("pi1", "pi2", "pi3", "pi4")
+    assert {r[3] for r in records} >= {f"served by {w} v2" for w in workers}
+    lab.wait_for(lambda: set(lab.ask_web(12)) == {f"served by {w} v2" for w in workers},
+                 timeout=20, what="every worker serving the new page")
+    # Every worker is back at the file's weight on both balancers.
+    for node in ("lb1", "lb2"):
+        assert f"-a -t {WEB_VIP}:80 -r 192.168.100.6:80 -g -w 1" in lab.ipvs_rules(node)
+        assert f"-a -t {WEB_VIP}:80 -r 192.168.100.7:80 -g -w 1" in lab.ipvs_rules(node)
+
+
+def test_a_failing_update_stops_the_rollout_with_its_worker_drained(lab, fleet):
+    grown = lab.files / "fleet-grow.yaml"
+    rolled = rollout(lab, fleet, grown, "--exec", "exit 3", "--start-at", "pi4")
+    assert rolled.returncode == 1
+    assert "stopped at pi4: the command exited 3 for pi4." in rolled.stdout, rolled.stdout
+    assert "--start-at pi4" in rolled.stdout
+    for node in ("lb1", "lb2"):
+        assert f"-a -t {WEB_VIP}:80 -r 192.168.100.7:80 -g -w 0" in lab.ipvs_rules(node)
+    undrained = fleet.lbctl_all("undrain", "pi4", str(grown))
+    assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+    for node in ("lb1", "lb2"):
+        assert f"-a -t {WEB_VIP}:80 -r 192.168.100.7:80 -g -w 1" in lab.ipvs_rules(node)
+
+
+def rollout(lab, fleet, cluster_file, *args):
+    """lbctl rollout from the client namespace, as a person on a laptop runs it."""
+    return lab.sh("client", [sys.executable, "-m", "lbctl", "rollout", str(cluster_file), *args,
+                             "--ssh-config", fleet.config], check=False, timeout=1200)
+
+
+def test_remove_all_leaves_no_trace_of_lbctl(lab, fleet, pair_file):
+    grown = lab.files / "fleet-grow.yaml"
+    removed = fleet.lbctl_all("apply", str(grown), "--remove")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    # Balancers first, backup before master, so no request is sent to a worker
+    # that has let go of the VIP.
+    order = order_of(removed.stdout)
+    assert order[:2] == ["lb2", "lb1"] and set(order[2:]) == {"pi1", "pi2", "pi3", "pi4"}
+    after = {name: node_trace(lab, name) for name in NODES}
+    for name in NODES:
+        assert after[name] == PRISTINE[name], name

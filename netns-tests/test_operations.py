@@ -1,0 +1,372 @@
+"""Day-to-day operations on the live pair: drain and undrain under load, a drain
+that outlives apply, reload, restart and failover, and the connection table
+by name, with real keepalived, IPVS, web servers and clients."""
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+
+from clusters import WEB_VIP, pair_edited
+from conftest import measured
+from test_keepalived import ALL_WORKERS, ipvs_web_weights, pair  # noqa: F401
+
+PI3_WEB = f"-a -t {WEB_VIP}:80 -r 192.168.100.6:80 -g -w"
+
+ADDRESS = {"pi1": "192.168.100.3", "pi2": "192.168.100.4", "pi3": "192.168.100.6"}
+FILE_WEIGHT = {"pi1": "1", "pi2": "1", "pi3": "2"}
+BALANCERS = ("lb1", "lb2")
+
+
+def on_both(lab, *args):
+    """Run lbctl on each balancer, as `--all` does over ssh; returns lb1's output."""
+    printed = {}
+    for node in BALANCERS:
+        done = lab.lbctl(node, *args)
+        assert done.returncode == 0, f"{node}: {done.stdout}{done.stderr}"
+        printed[node] = done.stdout
+    return printed
+
+
+def weight_of(lab, node, worker):
+    return ipvs_web_weights(lab, node).get(f"{ADDRESS[worker]}:80")
+
+
+def served_between(records, start, end):
+    return {body for began, _, ok, body in records if ok and start <= began <= end}
+
+
+def test_a_single_netlink_balancer_keeps_a_drain_and_refuses_an_empty_service(lab, base):
+    drained = lab.lbctl("lb1", "drain", "pi3")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    assert f"{PI3_WEB} 0" in lab.ipvs_rules("lb1")
+    # Cut short before the weight was set (here: put back by hand): drain again finishes it.
+    lab.sh("lb1", ["ipvsadm", "-e", "-t", f"{WEB_VIP}:80", "-r", "192.168.100.6:80", "-g",
+                   "-w", "2"])
+    assert lab.lbctl("lb1", "drain", "pi3").returncode == 0
+    assert f"{PI3_WEB} 0" in lab.ipvs_rules("lb1")
+    # apply of the file keeps it drained, and says so; plan sees no drift.
+    applied = lab.lbctl("lb1", "apply", str(base))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert "drained: pi3 on every service" in applied.stdout
+    assert f"{PI3_WEB} 0" in lab.ipvs_rules("lb1")
+    assert lab.lbctl("lb1", "plan", str(base), "--detailed-exitcode").returncode == 0
+    # dns has two workers: draining both would leave it none.
+    assert lab.lbctl("lb1", "drain", "pi1").returncode == 0
+    refused = lab.lbctl("lb1", "drain", "pi2")
+    assert refused.returncode == 64
+    assert "would leave service dns with no worker taking new connections (pi1 drained, " \
+        "pi2 drained)" in refused.stderr, refused.stderr
+    record = os.path.join(lab.nodes["lb1"].root, "var/lib/lbctl/drained/lab.json")
+    with open(record) as fh:
+        assert set(json.load(fh)["drained"]) == {"pi1", "pi3"}  # the refused one left no trace
+    for worker in ("pi1", "pi3"):
+        assert lab.lbctl("lb1", "undrain", worker).returncode == 0
+    assert f"{PI3_WEB} 2" in lab.ipvs_rules("lb1")
+    assert lab.ask_web(8).count("served by pi3") > 0
+
+
+def test_draining_and_undraining_each_worker_under_load_fails_no_request(lab, pair):
+    load = lab.start_load()
+    windows = {}
+    for worker in ALL_WORKERS:
+        printed = on_both(lab, "drain", worker)
+        assert printed["lb1"].startswith(f"{worker} drained on lb1:\n"), printed["lb1"]
+        assert f"{ADDRESS[worker]}:80: weight 0," in printed["lb1"]
+        assert {weight_of(lab, node, worker) for node in BALANCERS} == {"0"}
+        drained_at = time.time()
+        time.sleep(3)
+        windows[worker] = (drained_at + 1, time.time())  # requests in flight may still finish
+        printed = on_both(lab, "undrain", worker)
+        assert printed["lb2"].startswith(f"{worker} undrained on lb2:\n"), printed["lb2"]
+        assert {weight_of(lab, node, worker) for node in BALANCERS} == {FILE_WEIGHT[worker]}
+    records = lab.stop_load(load)
+    failed = [r for r in records if not r[2]]
+    measured("drain and undrain of each worker under load", failed=f"{len(failed)}/{len(records)}")
+    assert failed == []
+    for worker, (start, end) in windows.items():
+        served = served_between(records, start, end)
+        assert served and f"served by {worker}" not in served, (worker, served)
+
+
+def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
+    capture = lab.start_capture()
+    load = lab.start_load()
+    # A drain cut short on lb1 right after it wrote its record: apply finishes it.
+    record = os.path.join(lab.nodes["lb1"].root, "var/lib/lbctl/drained/lab.json")
+    os.makedirs(os.path.dirname(record), exist_ok=True)
+    with open(record, "w") as fh:
+        json.dump({"format": 1, "drained": {"pi2": {"services": None, "since": time.time()}}}, fh)
+    finished = lab.lbctl("lb1", "apply", str(pair))
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert weight_of(lab, "lb1", "pi2") == "0"
+    printed = on_both(lab, "drain", "pi2")
+    assert printed["lb1"].startswith("pi2 drained on lb1 already:\n"), printed["lb1"]
+    status = lab.lbctl("lb1", "status")
+    assert "drained: pi2 on every service for" in status.stdout, status.stdout
+    assert f"-> {ADDRESS['pi2']}:80" in status.stdout
+    assert "weight 0 drained" in status.stdout, status.stdout
+
+    # apply of the same file: nothing to change, and the worker stays out.
+    for node, result in lab.apply_all(pair).items():
+        assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+    plan = lab.lbctl("lb1", "plan", str(pair), "--detailed-exitcode")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "drained: pi2 on every service" in plan.stdout
+    # keepalived reloaded by hand: its config holds the drain.
+    os.kill(lab.keepalived_pids("lb1")[0], signal.SIGHUP)
+    time.sleep(3)
+    assert weight_of(lab, "lb1", "pi2") == "0"
+
+    # A planned failover in the middle of the drain (lb1's priority lowered by
+    # an apply): lb2 takes over, and pi2 stays out.  (A cut cable would also
+    # reset the connections in flight that the sync daemon had not sent yet.)
+    lowered = lab.write("pair-lb1-lowered", pair_edited(
+        balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 50}}))
+    for node, result in lab.apply_all(lowered).items():
+        assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", what="lb2 to take over")
+    took_over = time.time()
+    time.sleep(3)
+    assert weight_of(lab, "lb2", "pi2") == "0"
+    window = (took_over + 1, time.time())
+    for node, result in lab.apply_all(pair).items():
+        assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+    lab.wait_for_roles(timeout=60)
+    records = lab.stop_load(load)
+    failed = [r for r in records if not r[2]]
+    seen = lab.stop_capture(capture, failed)
+    measured("a drain through apply, reload and a planned failover",
+             failed=f"{len(failed)}/{len(records)}")
+    assert failed == [], seen
+    served = served_between(records, *window)
+    assert served and "served by pi2" not in served, served
+
+    # A keepalived stopped and started from scratch (as at boot) starts with the drain.
+    lab.kill_keepalived("lb1", signal.SIGTERM)
+    started = lab.lbctl("lb1", "apply", str(pair))
+    assert started.returncode == 0, started.stdout + started.stderr
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", timeout=60, what="lb1 master")
+    assert weight_of(lab, "lb1", "pi2") == "0"
+
+    on_both(lab, "undrain", "pi2")
+    lab.wait_for(lambda: "served by pi2" in lab.ask_web(6), timeout=20, what="pi2 serving")
+
+
+def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(lab, pair):
+    # Six slow clients hold connections open until they are stopped below;
+    # some of them land on pi3.
+    holders = lab.hold_connections(WEB_VIP, 80, 6, 600)
+    lab.wait_for(lambda: sum(active_web(lab).values()) == 6, what="6 connections held")
+    held = active_web(lab)["pi3"]
+    assert held > 0, "wrr with pi3 at weight 2 sends it some of the six"
+
+    # The table by name matches the kernel's own, entry for entry (read again
+    # should an old entry expire between the two reads).
+    for _ in range(5):
+        before, listed, after = proc_conn(lab), connections_json(lab), proc_conn(lab)
+        if before == after:
+            break
+    assert before == after
+    assert sorted(entry_key(c) for c in listed["connections"]) == before
+    pi3 = [c for c in listed["connections"] if c["worker"] == "pi3"]
+    assert len(pi3) >= held and {c["service"] for c in pi3} == {"web"}
+    assert {c["client"] for c in pi3} == {str(lab.nodes["client"].address)}
+    summary = {s["worker"]: s["states"] for s in listed["summary"] if s["service"] == "web"}
+    assert summary["pi3"].get("ESTABLISHED") == held
+    only_pi3 = connections_json(lab, "--worker", "pi3")["connections"]
+    assert sorted(map(entry_key, only_pi3)) == sorted(map(entry_key, pi3))
+    text = lab.lbctl("lb1", "status", "--connections").stdout
+    assert f"web {WEB_VIP}:80 -> pi3 {ADDRESS['pi3']}:80: {held} ESTABLISHED" in text, text
+
+    on_both(lab, "drain", "pi3")
+    started = time.monotonic()
+    waiting = subprocess.Popen(["ip", "netns", "exec", lab.nodes["lb1"].netns,
+                                *lab.lbctl_argv("drain", "pi3", "--wait", "--timeout", "120",
+                                                node="lb1")],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Once the wait shows the held connections, the slow clients give up and
+    # close them (however long the steps above took on the emulated lab).
+    first = waiting.stderr.readline()
+    holders.kill()
+    holders.wait(timeout=60)
+    stdout, stderr = waiting.communicate(timeout=180)
+    stderr = first + stderr
+    seconds = time.monotonic() - started
+    measured("drain --wait with held connections", seconds=f"{seconds:.1f}")
+    assert waiting.returncode == 0, stdout + stderr
+    assert "pi3 drained on lb1 already:" in stdout
+    assert "pi3 is idle after" in stdout
+    # The count is shown falling, ending at zero (one line per change off a terminal).
+    counts = [int(line.split(": ")[1].split()[0]) for line in stderr.splitlines()
+              if line.startswith("draining pi3: ")]
+    assert counts[0] == held and counts[-1] == 0 and counts == sorted(counts, reverse=True), \
+        stderr
+    on_both(lab, "undrain", "pi3")
+
+
+def active_web(lab, node="lb1"):
+    """{worker: active connections} on the web service."""
+    report = json.loads(lab.lbctl(node, "status", "--json").stdout)
+    by_address = {f"{a}:80": w for w, a in ADDRESS.items()}
+    return {by_address[d["address"]]: d["active"] for s in report["services"]
+            if s["service"] == f"tcp {WEB_VIP}:80" for d in s["real_servers"]}
+
+
+def connections_json(lab, *flags, node="lb1"):
+    done = lab.lbctl(node, "status", "--connections", "--json", *flags)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def entry_key(c):
+    return (c["protocol"], c["client"], c["client_port"], c["vip"], c["port"],
+            c["worker_address"], c["worker_port"], c["state"])
+
+
+def proc_conn(lab, node="lb1"):
+    """The kernel's table, read straight from /proc, in entry_key()'s form."""
+    import socket
+
+    def ip(h):
+        return socket.inet_ntoa(bytes.fromhex(h))
+
+    rows = lab.sh(node, ["cat", "/proc/net/ip_vs_conn"]).stdout.splitlines()[1:]
+    return sorted((f[0].lower(), ip(f[1]), int(f[2], 16), ip(f[3]), int(f[4], 16), ip(f[5]),
+                   int(f[6], 16), f[7]) for f in map(str.split, rows))
+
+
+class Tmux:
+    """A real terminal: the test reads the screen as a person would see it."""
+
+    def __init__(self, socket_name="lbctl-watch"):
+        self.base = ["tmux", "-L", socket_name]
+        # A session that stays, and panes that stay after their command ends,
+        # so the screen can be read once lbctl has left it.
+        subprocess.run(self.base + ["new-session", "-d", "-s", "keep"], check=True)
+        subprocess.run(self.base + ["set-option", "-g", "remain-on-exit", "on"], check=True)
+
+    def start(self, argv, width=120, height=32):
+        subprocess.run(self.base + ["new-session", "-d", "-s", "watch", "-x", str(width),
+                                    "-y", str(height), shlex.join(argv)], check=True)
+
+    def screen(self):
+        return subprocess.run(self.base + ["capture-pane", "-p", "-t", "watch"], check=True,
+                              capture_output=True, text=True).stdout
+
+    def show(self, what):
+        return subprocess.run(self.base + ["display-message", "-p", "-t", "watch", what],
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    def keys(self, *keys):
+        subprocess.run(self.base + ["send-keys", "-t", "watch", *keys], check=True)
+
+    def close(self):
+        subprocess.run(self.base + ["kill-server"], check=False)
+
+
+def test_status_watch_in_a_real_terminal_shows_the_pair_live(lab, pair):
+    on_both(lab, "drain", "pi2")
+    tmux = Tmux()
+    try:
+        tmux.start(["ip", "netns", "exec", lab.nodes["lb1"].netns,
+                    *lab.lbctl_argv("status", "--watch", "--interval", "1", node="lb1")])
+        load = lab.start_load()
+        lab.wait_for(lambda: busy_row(tmux.screen(), "pi1") is not None, timeout=60,
+                     what="the watch to show pi1 taking new connections")
+        screen = tmux.screen()
+        assert "cluster lab: VRRP MASTER, changed" in screen, screen
+        assert f"web tcp {WEB_VIP}:80  wrr" in screen, screen
+        pi1, pi2, pi3 = (row_of(screen, w) for w in ("pi1", "pi2", "pi3"))
+        assert pi1[2:4] == ["up", "1"] and pi3[2:4] == ["up", "2"], screen
+        assert pi2[2:5] == ["up", "0", "drained"], screen
+        assert float(pi2[7]) == 0.0, screen  # drained: no new connections
+        lab.stop_load(load)
+        # Ctrl-C: lbctl leaves, the screen it drew on goes with it, the cursor is back.
+        tmux.keys("C-c")
+        lab.wait_for(lambda: tmux.show("#{pane_dead}") == "1", timeout=20, what="lbctl to exit")
+        assert tmux.show("#{alternate_on}") == "0" and tmux.show("#{cursor_flag}") == "1"
+        assert "lbctl status --watch" not in tmux.screen()
+    finally:
+        tmux.close()
+        on_both(lab, "undrain", "pi2")
+
+
+def row_of(screen, worker):
+    line = next((l for l in screen.splitlines() if l.startswith(f"  {worker} ")), None)
+    return None if line is None else line.split()
+
+
+def busy_row(screen, worker):
+    """The worker's row once it shows new connections per second."""
+    row = row_of(screen, worker)
+    return row if row is not None and float(row[-2]) > 0 else None
+
+
+def metrics(lab, node):
+    """The node's exporter, scraped and parsed as Prometheus does:
+    {(name, frozenset(labels)): value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = lab.sh(node, ["curl", "-sS", "--max-time", "10", "http://127.0.0.1:9588/metrics"]).stdout
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def metric(lab, node, name, **labels):
+    return metrics(lab, node).get((name, frozenset({"cluster": "lab", **labels}.items())))
+
+
+def test_the_exporter_follows_health_drains_and_failover(lab, pair):
+    web = {"service": "web"}
+    exporters = [lab.spawn(node, lab.lbctl_argv("exporter", node=node) + ["--root",
+                                                                          lab.nodes[node].root])
+                 for node in BALANCERS]
+    try:
+        for node in BALANCERS:
+            lab._wait_listening(lab.nodes[node], 9588)
+        assert metric(lab, "lb1", "lbctl_vrrp_state", state="MASTER") == 1
+        assert metric(lab, "lb2", "lbctl_vrrp_state", state="BACKUP") == 1
+        assert metric(lab, "lb1", "lbctl_worker_healthy", **web, worker="pi1") == 1
+        assert metric(lab, "lb1", "lbctl_worker_weight_configured", **web, worker="pi3") == 2
+        assert metric(lab, "lb1", "lbctl_worker_weight_kernel", **web, worker="pi3") == 2
+        assert metric(lab, "lb1", "lbctl_drift_changes") == 0
+        sync = {k: v for k, v in metrics(lab, "lb1").items() if k[0] == "lbctl_sync_daemon_running"}
+        assert len(sync) == 2 and set(sync.values()) == {1.0}  # master and backup daemons
+
+        # A stopped web server turns its worker unhealthy, and back.
+        lab.web_server("pi1").terminate()
+        try:
+            lab.wait_for(lambda: metric(lab, "lb1", "lbctl_worker_healthy", **web,
+                                        worker="pi1") == 0, timeout=30, what="pi1 unhealthy")
+            assert metric(lab, "lb1", "lbctl_worker_weight_kernel", **web, worker="pi1") == 0
+        finally:
+            lab.ensure_web_server("pi1")
+        lab.wait_for(lambda: metric(lab, "lb1", "lbctl_worker_healthy", **web,
+                                    worker="pi1") == 1, timeout=30, what="pi1 healthy again")
+
+        # A drain shows as drained on both balancers.
+        on_both(lab, "drain", "pi2")
+        for node in BALANCERS:
+            assert metric(lab, node, "lbctl_worker_drained", **web, worker="pi2") == 1
+            assert metric(lab, node, "lbctl_worker_weight_kernel", **web, worker="pi2") == 0
+        on_both(lab, "undrain", "pi2")
+        assert metric(lab, "lb1", "lbctl_worker_drained", **web, worker="pi2") == 0
+
+        # A failover flips the roles, and each side counts the change.
+        before = metric(lab, "lb2", "lbctl_vrrp_transitions_total")
+        lab.set_link("lb1", False)
+        try:
+            lab.wait_for(lambda: metric(lab, "lb2", "lbctl_vrrp_state", state="MASTER") == 1,
+                         timeout=30, what="lb2 master in its metrics")
+            assert metric(lab, "lb2", "lbctl_vrrp_transitions_total") == before + 1
+        finally:
+            lab.set_link("lb1", True)
+        lab.wait_for(lambda: metric(lab, "lb1", "lbctl_vrrp_state", state="MASTER") == 1
+                     and metric(lab, "lb2", "lbctl_vrrp_state", state="BACKUP") == 1,
+                     timeout=60, what="lb1 master again in the metrics")
+    finally:
+        for proc in exporters:
+            proc.terminate()

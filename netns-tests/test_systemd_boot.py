@@ -1,0 +1,205 @@
+"""The real boot path: nodes that boot with systemd as PID 1 (systemd-nspawn
+containers in the lab's namespaces), lbctl installed in /opt/lbctl as the
+README says, and power cycles that leave the nodes' kernels empty.
+
+The tests run in order on one small cluster and share its state.
+"""
+
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clusters import write_cluster
+from conftest import measured
+from lbctl.config import load_cluster
+from lbctl.lab.systemd import BootedNodes
+from lbctl.lab.topology import Lab
+
+REPO = Path(__file__).resolve().parent.parent
+VIP = "192.168.100.10"
+BOOT = {
+    "cluster": "boot",
+    "balancers": {"lb1": {"address": "192.168.100.2", "interface": "eth0"}},
+    "workers": {"pi1": {"address": "192.168.100.3"}, "pi2": {"address": "192.168.100.4"}},
+    "services": {"web": {"vip": VIP, "port": 80, "scheduler": "rr",
+                         "health": {"http": {"path": "/index.html"}, "interval": "1s",
+                                    "timeout": "500ms", "retries": 1, "rise": 1}}},
+}
+KEEPALIVED_UNIT = "lbctl-boot-keepalived.service"
+LBCTL = "/opt/lbctl/bin/lbctl"
+
+
+def spec(**services_web):
+    web = {k: v for k, v in {**BOOT["services"]["web"], **services_web}.items() if v is not None}
+    return {**BOOT, "services": {"web": web}}
+
+
+@pytest.fixture(scope="module")
+def booted(tmp_path_factory):
+    files = tmp_path_factory.mktemp("boot")
+    path = write_cluster(files / "boot.yaml", BOOT)
+    lab = Lab(load_cluster(path), path, prefix="sd")
+    lab.build(servers=False)
+    nodes = None
+    try:
+        started = time.monotonic()
+        nodes = BootedNodes(lab, ["lb1", "pi1", "pi2"]).setup()
+        measured("systemd lab: three nodes booted", seconds=f"{time.monotonic() - started:.1f}")
+        nodes.files = files
+        # The balancer runs lbctl from /opt/lbctl, as installed by the README; its
+        # boot units name that Python.  The workers' units run only ip and sysctl.
+        install_lbctl(nodes, "lb1")
+        yield nodes
+    finally:
+        if nodes is not None:
+            nodes.shutdown()
+        lab.teardown()
+
+
+def install_lbctl(nodes, name, version=None):
+    """The README's install, offline: a venv in /opt/lbctl, lbctl built from this
+    checkout into it (its libraries come from the checkout's venv).  `version`
+    builds a copy of the source under that version number: an upgrade."""
+    source = REPO
+    if version is not None:
+        # Inside the node's own root: the node sees nothing of this machine's /run.
+        source = Path("/opt") / f"lbctl-src-{version}"
+        copy = Path(nodes.root_of(name)) / str(source).lstrip("/")
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(REPO, copy, ignore=shutil.ignore_patterns(
+            ".venv", ".git", "build", "*.egg-info", "__pycache__", "dist"))
+        init = copy / "lbctl" / "__init__.py"
+        init.write_text(re.sub(r'__version__ = ".*"', f'__version__ = "{version}"',
+                               init.read_text()))
+    steps = []
+    if version is None:
+        steps += [["/usr/bin/python3", "-m", "venv", "--without-pip", "/opt/lbctl"],
+                  ["/usr/bin/python3", "-c", (
+                      "import sys, site, pathlib; p = pathlib.Path(sys.argv[1]);"
+                      "p.write_text(sys.argv[2] + '\\n')"),
+                   f"/opt/lbctl/lib/python3.{sys.version_info.minor}/site-packages/lab-libs.pth",
+                   site_packages()],
+                  ["ln", "-sf", LBCTL, "/usr/local/sbin/lbctl"]]
+    steps += [[sys.executable, "-m", "pip", "--python", "/opt/lbctl/bin/python", "install",
+               "-q", "--no-deps", "--no-index", "--no-build-isolation", "--upgrade",
+               str(source)]]
+    for argv in steps:
+        done = nodes.run(name, argv)
+        assert done.returncode == 0, f"{name}: {argv}: {done.stdout}{done.stderr}"
+
+
+def site_packages():
+    import sysconfig
+
+    return sysconfig.get_paths()["purelib"]
+
+
+def lbctl(name):
+    return [LBCTL] if name == "lb1" else [sys.executable, "-m", "lbctl"]
+
+
+def apply(nodes, name, data, *extra):
+    text = write_cluster(nodes.files / "current.yaml", data).read_text()
+    return nodes.run(name, [*lbctl(name), "apply", "-", *extra], input=text)
+
+
+def plan_is_empty(nodes, name, data):
+    text = (nodes.files / "current.yaml").read_text() if data is None else \
+        write_cluster(nodes.files / "current.yaml", data).read_text()
+    done = nodes.run(name, [*lbctl(name), "plan", "-", "--detailed-exitcode"], input=text)
+    assert done.returncode in (0, 2), done.stdout + done.stderr
+    return done.returncode == 0, done.stdout
+
+
+def served(nodes, count=6):
+    return [nodes.lab.curl(f"http://{VIP}/", timeout=3).stdout.strip() or "failed"
+            for _ in range(count)]
+
+
+def test_keepalived_is_started_reloaded_and_restarted_by_systemd(booted):
+    for name in ("pi1", "pi2", "lb1"):
+        done = apply(booted, name, BOOT)
+        assert done.returncode == 0, f"{name}: {done.stdout}{done.stderr}"
+    assert booted.is_active("lb1", KEEPALIVED_UNIT) == "active"
+    booted.lab.wait_for(lambda: set(served(booted)) == {"served by pi1", "served by pi2"},
+             timeout=60, what="both workers serving")
+    first = booted.main_pid("lb1", KEEPALIVED_UNIT)
+
+    # A crash: systemd starts keepalived again (Restart=on-failure).
+    booted.run("lb1", ["kill", "-9", str(first)])
+    booted.lab.wait_for(lambda: booted.main_pid("lb1", KEEPALIVED_UNIT) not in (0, first)
+             and booted.is_active("lb1", KEEPALIVED_UNIT) == "active", timeout=30,
+             what="systemd to restart keepalived")
+    second = booted.main_pid("lb1", KEEPALIVED_UNIT)
+    booted.lab.wait_for(lambda: set(served(booted)) == {"served by pi1", "served by pi2"},
+             timeout=60,
+                        what="both workers serving after the restart")
+
+    # An edit is a reload: the same keepalived process, the new table.
+    done = apply(booted, "lb1", spec(scheduler="wrr"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "~ keepalived reload" in done.stdout
+    assert booted.main_pid("lb1", KEEPALIVED_UNIT) == second
+    table = booted.run("lb1", ["ipvsadm", "-Ln"]).stdout
+    assert re.search(rf"TCP\s+{VIP}:80 wrr", table), table
+
+
+def test_a_worker_power_cycle_comes_back_from_its_boot_unit_alone(booted):
+    started = time.monotonic()
+    booted.power_cycle("pi1")
+    measured("systemd lab: worker power cycle", seconds=f"{time.monotonic() - started:.1f}")
+    lo = booted.run("pi1", ["ip", "-4", "-o", "address", "show", "dev", "lo"]).stdout
+    assert f"inet {VIP}/32" in lo
+    arp = booted.run("pi1", ["sysctl", "-n", "net.ipv4.conf.all.arp_ignore",
+                             "net.ipv4.conf.all.arp_announce"]).stdout.split()
+    assert arp == ["1", "2"]
+    assert booted.is_active("pi1", "lbctl-boot-vips.service") == "active"
+    assert booted.failed_units("pi1") == []
+    assert plan_is_empty(booted, "pi1", None) == (True, "worker pi1 of cluster boot: no changes\n")
+    # Back before it answers ARP for the VIP: the LAN still finds only the balancer.
+    booted.lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert booted.lab.vip_macs(VIP) == {booted.lab.mac("lb1")}
+    # The balancer's check brings it back (rise 1), and it serves through the VIP.
+    booted.lab.wait_for(lambda: "served by pi1" in served(booted), timeout=60,
+                        what="pi1 serving again")
+
+
+def test_a_balancer_upgraded_then_power_cycled_comes_back_from_its_units(booted):
+    install_lbctl(booted, "lb1", version="0.2.0+lab")
+    assert booted.run("lb1", [LBCTL, "--version"]).stdout.strip() == "lbctl 0.2.0+lab"
+    started = time.monotonic()
+    booted.power_cycle("lb1")
+    measured("systemd lab: balancer power cycle", seconds=f"{time.monotonic() - started:.1f}")
+    assert booted.is_active("lb1", KEEPALIVED_UNIT) == "active"
+    assert booted.failed_units("lb1") == []
+    eth0 = booted.run("lb1", ["ip", "-4", "-o", "address", "show", "dev", "eth0"]).stdout
+    assert f"inet {VIP}/32" in eth0
+    booted.lab.wait_for(lambda: set(served(booted)) == {"served by pi1", "served by pi2"},
+             timeout=60,
+                        what="both workers serving after the balancer's reboot")
+    empty, shown = plan_is_empty(booted, "lb1", None)
+    assert empty, shown
+
+
+def test_a_single_balancer_run_by_lbctl_reapplies_its_saved_copy_at_boot(booted):
+    # Without health checks lbctl programs IPVS itself; its boot unit runs
+    # the upgraded lbctl on the copy of the file it saved.
+    done = apply(booted, "lb1", spec(health=None))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert booted.is_active("lb1", KEEPALIVED_UNIT) in ("inactive", "unknown")
+    unit = booted.run("lb1", ["systemctl", "cat", "lbctl-boot-balancer.service"]).stdout
+    assert "ExecStart=/opt/lbctl/bin/python -m lbctl apply /etc/lbctl/boot.yaml --node lb1" in unit
+    booted.power_cycle("lb1")
+    assert booted.is_active("lb1", "lbctl-boot-balancer.service") == "active"
+    assert booted.failed_units("lb1") == []
+    table = booted.run("lb1", ["ipvsadm", "-Ln"]).stdout
+    assert re.search(rf"TCP\s+{VIP}:80 rr", table), table
+    booted.lab.wait_for(lambda: set(served(booted)) == {"served by pi1", "served by pi2"},
+             timeout=60,
+                        what="both workers serving from the netlink table")
+    empty, shown = plan_is_empty(booted, "lb1", None)
+    assert empty, shown

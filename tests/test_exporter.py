@@ -1,0 +1,110 @@
+"""lbctl exporter: the metrics only lbctl knows, as Prometheus parses them."""
+
+from ipaddress import IPv4Address
+
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import CollectorRegistry
+
+from helpers import PI_SINGLE, cluster_from
+from lbctl.adapters.files import FilesRoot
+from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsSnapshot, SyncDaemon
+from lbctl.commands.exporter import parse_listen
+from lbctl.config.model import ServiceKey
+from lbctl.drains import with_drain, write_drains
+from lbctl.errors import UsageError
+from lbctl.exporter import LbctlCollector
+from lbctl.last_apply import record_last_apply
+
+PAIR = PI_SINGLE.replace(
+    "  lb1: {address: 192.168.100.2, interface: eth0}\n",
+    "  lb1: {address: 192.168.100.2, interface: eth0}\n"
+    "  lb2: {address: 192.168.100.5, interface: eth0}\n").replace(
+    "scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
+WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
+
+
+def state_dir(root, **files):
+    folder = root / "run/lbctl/pi-web/state"
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name.replace("_at_", "@")).write_text(text)
+
+
+def scrape(root, snapshot=None, drift=lambda cluster: 0):
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LbctlCollector(str(root), lambda: [cluster_from(PAIR)],
+                                     lambda: snapshot, drift))
+    samples = {}
+    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples, name, **labels):
+    return samples.get((name, tuple(sorted(labels.items()))))
+
+
+def test_health_drain_weights_vrrp_sync_drift_and_last_apply(tmp_path):
+    state_dir(tmp_path, **{"health.web_at_pi1": "up 100.5\n", "health.web_at_pi2": "down 200\n",
+                           "vrrp": "MASTER 300\n", "vrrp.transitions": "3\n"})
+    write_drains(FilesRoot(str(tmp_path)), "pi-web", with_drain({}, "pi3", "web", 50.0))
+    record_last_apply(str(tmp_path), "pi-web", False, "apply: boom", now=400.0)
+    table = IpvsSnapshot([IpvsService(WEB, str(WEB), "wrr", 0, (
+        IpvsDest(IPv4Address("192.168.100.3"), 80, 1, 3),
+        IpvsDest(IPv4Address("192.168.100.4"), 80, 0, 3),
+        IpvsDest(IPv4Address("192.168.100.6"), 80, 0, 3)))],
+        [SyncDaemon("master", "eth0", 51, "224.0.0.81", 8848)], {})
+    got = scrape(tmp_path, table, drift=lambda cluster: 2)
+    web = {"cluster": "pi-web", "service": "web"}
+    assert value(got, "lbctl_worker_healthy", **web, worker="pi1") == 1
+    assert value(got, "lbctl_worker_healthy", **web, worker="pi2") == 0
+    assert value(got, "lbctl_worker_health_since_seconds", **web, worker="pi1") == 100.5
+    # pi3 has no check result yet: no health series rather than a made-up one.
+    assert value(got, "lbctl_worker_healthy", **web, worker="pi3") is None
+    assert value(got, "lbctl_worker_drained", **web, worker="pi3") == 1
+    assert value(got, "lbctl_worker_drained", **web, worker="pi1") == 0
+    assert value(got, "lbctl_worker_weight_configured", **web, worker="pi3") == 2
+    assert value(got, "lbctl_worker_weight_kernel", **web, worker="pi3") == 0
+    # dns is not in the kernel's table: its kernel weight is absent, not 0.
+    assert value(got, "lbctl_worker_weight_kernel", cluster="pi-web", service="dns",
+                 worker="pi1") is None
+    assert value(got, "lbctl_vrrp_state", cluster="pi-web", state="MASTER") == 1
+    assert value(got, "lbctl_vrrp_state", cluster="pi-web", state="BACKUP") == 0
+    assert value(got, "lbctl_vrrp_transitions_total", cluster="pi-web") == 3
+    assert value(got, "lbctl_sync_daemon_running", role="master", interface="eth0") == 1
+    assert value(got, "lbctl_drift_changes", cluster="pi-web") == 2
+    assert value(got, "lbctl_last_apply_timestamp_seconds", cluster="pi-web") == 400
+    assert value(got, "lbctl_last_apply_success", cluster="pi-web") == 0
+
+
+def test_a_damaged_drain_record_shows(tmp_path):
+    path = tmp_path / "var/lib/lbctl/drained/pi-web.json"
+    path.parent.mkdir(parents=True)
+    path.write_text('{"format": 1, "drained": {"pi2": {"services": "web", "since": 1}}}')
+    got = scrape(tmp_path)
+    assert value(got, "lbctl_drain_record_ok", cluster="pi-web") == 0
+    path.write_text('{"format": 1, "drained": {"pi2": {"services": ["web"], "since": 1}}}')
+    got = scrape(tmp_path)
+    assert value(got, "lbctl_drain_record_ok", cluster="pi-web") == 1
+    assert value(got, "lbctl_worker_drained", cluster="pi-web", service="web", worker="pi2") == 1
+
+
+def test_unknown_drift_and_no_apply_since_boot_are_absent(tmp_path):
+    got = scrape(tmp_path, None, drift=lambda cluster: None)
+    assert value(got, "lbctl_drift_changes", cluster="pi-web") is None
+    assert value(got, "lbctl_last_apply_success", cluster="pi-web") is None
+    assert value(got, "lbctl_vrrp_state", cluster="pi-web", state="MASTER") is None
+
+
+@pytest.mark.parametrize("text", ["9588", "localhost:9588", "127.0.0.1:0", "[::1]:9588",
+                                  "127.0.0.1:99999"])
+def test_listen_must_be_an_ipv4_address_and_a_port(text):
+    with pytest.raises(UsageError, match="not ADDRESS:PORT"):
+        parse_listen(text)
+
+
+def test_listen_takes_an_address_and_port():
+    assert parse_listen("0.0.0.0:9588") == ("0.0.0.0", 9588)

@@ -1,0 +1,179 @@
+"""--all's pure parts: which nodes, in what order, and the ssh command line."""
+
+import os
+import shlex
+
+import pytest
+
+from helpers import cluster_from
+from lbctl import __version__
+from lbctl.errors import NodeError
+from lbctl.remote.fleet import rollout_stages, select
+from lbctl.render.keepalived import vrrp_anchor
+from lbctl.remote.ssh import Outcome, ssh_argv, targets
+
+PAIR = """\
+cluster: pi-web
+balancers:
+  lb1: {address: 192.168.100.2, interface: eth0, priority: 150}
+  lb2: {address: 192.168.100.5, interface: eth0, priority: 100}
+workers:
+  pi1: {address: 192.168.100.3}
+  pi2: {address: 192.168.100.4}
+services:
+  web: {vip: 192.168.100.10, port: 80}
+"""
+PAIR_WITH_CHECKS = PAIR.replace("port: 80}", "port: 80, health: {http: {path: /}}}")
+
+
+def stages(text, states, removing=False, names=None, vips=None):
+    """`states`: {node: VRRP state}, each advertising `vips` (None: says nothing)."""
+    cluster = cluster_from(text)
+    reported = {node: {"state": state, "advertised_addresses": vips} for node, state in states.items()}
+    return [(label, [t.node for t in group]) for label, group in
+            rollout_stages(cluster, select(cluster, names), lambda: reported, removing)]
+
+
+def test_workers_first_then_the_backup_then_the_master_as_they_are_now():
+    # lb2 is master after a failover without preemption: it goes last.
+    assert stages(PAIR, {"lb1": "BACKUP", "lb2": "MASTER"}) == [
+        ("workers", ["pi1", "pi2"]), ("backup balancer", ["lb1"]), ("master balancer", ["lb2"])]
+    # Nothing reported (keepalived not running yet): the lower priority goes first.
+    assert stages(PAIR, {}) == [
+        ("workers", ["pi1", "pi2"]), ("backup balancer", ["lb2"]), ("master balancer", ["lb1"])]
+
+
+def test_the_master_goes_first_when_what_its_adverts_carry_changes():
+    # A backup reloaded with other advertised addresses than its master's would
+    # ignore the master's adverts and take the VIPs: an lbctl that advertised
+    # the VIPs themselves is followed by one that advertises its fixed anchor.
+    now = {"lb1": "MASTER", "lb2": "BACKUP"}
+    assert stages(PAIR, now, vips=["192.168.100.10"]) == [
+        ("workers", ["pi1", "pi2"]), ("master balancer", ["lb1"]), ("backup balancer", ["lb2"])]
+    anchor = [vrrp_anchor(cluster_from(PAIR))]
+    assert stages(PAIR, now, vips=anchor)[1:] == [("backup balancer", ["lb2"]),
+                                                  ("master balancer", ["lb1"])]
+    assert stages(PAIR, now, vips=None)[1:] == [("backup balancer", ["lb2"]),
+                                                ("master balancer", ["lb1"])]
+    # Taking lbctl away: the backup still stops first.
+    assert stages(PAIR, now, removing=True, vips=["192.168.100.11"])[:2] == [
+        ("backup balancer", ["lb2"]), ("master balancer", ["lb1"])]
+
+
+def test_remove_takes_the_balancers_away_before_the_workers():
+    assert stages(PAIR, {"lb1": "MASTER", "lb2": "BACKUP"}, removing=True) == [
+        ("backup balancer", ["lb2"]), ("master balancer", ["lb1"]), ("workers", ["pi1", "pi2"])]
+
+
+def test_node_selects_some_and_an_unknown_name_fails_before_any_contact():
+    assert stages(PAIR, {}, names="pi2,lb1") == [("workers", ["pi2"]), ("balancer", ["lb1"])]
+    with pytest.raises(NodeError, match="--node: pi9 not in"):
+        select(cluster_from(PAIR), "pi1,pi9")
+
+
+def test_the_ssh_command_quotes_every_word_and_uses_the_file_s_settings():
+    cluster = cluster_from(PAIR + "ssh: {user: pi, port: 2222, hosts: {lb1: lb1.lan}}\n")
+    found = targets(cluster)
+    argv = ssh_argv(found["lb1"], ["apply", "-", "--node", "lb1"], ssh_config="/etc/x y")
+    assert argv[:6] == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+    assert argv[10:18] == ["-F", "/etc/x y", "-l", "pi", "-p", "2222", "--", "lb1.lan"]
+    # A user other than root runs lbctl through sudo; the remote shell sees one quoted line.
+    words = ["lbctl", "--expect-version", __version__, "apply", "-", "--node", "lb1"]
+    assert argv[18] == (f'if [ "$(id -u)" = 0 ]; then exec {shlex.join(words)}; '
+                        f'else exec sudo -n {shlex.join(words)}; fi')
+    assert found["pi1"].host == "192.168.100.3"  # by default a node is reached at its address
+    # The login may come from ~/.ssh/config: sudo unless the file says root.
+    default = targets(cluster_from(PAIR))["pi1"]
+    assert default.sudo and "-l" not in ssh_argv(default, ["plan", "-"])
+    # The remote side runs it through its shell, sudo only when not root already.
+    import subprocess
+
+    fake = subprocess.run(["sh", "-c", ssh_argv(default, ["plan", "-"])[-1].replace(
+        "exec lbctl", "exec echo lbctl").replace("exec sudo -n", "exec echo sudo -n")],
+        capture_output=True, text=True).stdout.split()
+    assert fake[:3] == (["lbctl", "--expect-version", __version__] if os.geteuid() == 0 else
+                        ["sudo", "-n", "lbctl"])
+    root = targets(cluster_from(PAIR + "ssh: {user: root}\n"))["pi1"]
+    assert not root.sudo and shlex.split(ssh_argv(root, ["plan", "-"])[-1])[0] == "lbctl"
+
+
+def test_a_node_s_failure_is_told_in_words_a_person_can_act_on():
+    t = targets(cluster_from(PAIR))["pi1"]
+    assert Outcome(t, 255, "", "ssh: connect to host 192.168.100.3 port 22: Connection refused\n"
+                   ).problem() == "unreachable: ssh: connect to host 192.168.100.3 port 22: " \
+                                  "Connection refused"
+    assert "lbctl is not installed" in Outcome(t, 127, "", "sh: 1: lbctl: not found").problem()
+    assert "lbctl is not installed" in Outcome(t, 1, "", "sudo: lbctl: command not found").problem()
+    # An apply error that quotes a unit's journal is lbctl's own error, not a missing lbctl.
+    assert Outcome(t, 1, "", "lbctl: apply: ...\n  modprobe: command not found").problem() is None
+    other = Outcome(t, 3, "", "lbctl: this node runs lbctl 0.1.0, not 0.2.0\n").problem()
+    assert other.startswith(f"this node runs lbctl 0.1.0, not 0.2.0; --all runs {__version__} and")
+    assert "/opt/lbctl/bin/pip install --upgrade" in other
+    older = Outcome(t, 2, "", "lbctl: error: unrecognized arguments: --expect-version 0.2.0")
+    assert older.problem().startswith("this node runs an lbctl older than 0.2; --all runs")
+    assert Outcome(t, 1, "", "lbctl: apply: failed").problem() is None  # lbctl's own error
+
+
+def test_workers_give_up_old_vips_only_after_every_balancer_stopped_using_them():
+    from lbctl.commands.cluster_apply import _second_pass
+
+    cluster = cluster_from(PAIR)
+    every = select(cluster)
+    workers = [t for t in every if t.role == "worker"]
+    finish, wait, _ = _second_pass(cluster, every, workers, draining=set())
+    assert [t.node for t in finish] == ["pi1", "pi2"] and wait == []
+    # pi2 still has connections draining on a balancer: its VIP stays for now.
+    finish, wait, why = _second_pass(cluster, every, workers, draining={"192.168.100.4"})
+    assert [t.node for t in finish] == ["pi1"] and wait == ["pi2"]
+    assert why == "a balancer still drains connections to them"
+    # Only some nodes in this run (--node pi1,pi2): the balancers still send the old VIP.
+    some = select(cluster, "pi1,pi2,lb1")
+    finish, wait, why = _second_pass(cluster, some, workers, draining=set())
+    assert finish == [] and wait == ["pi1", "pi2"]
+    assert why == "not every balancer was applied in this run"
+
+
+def test_rollout_waits_a_detection_time_then_for_every_balancer_to_see_the_worker_up():
+    from lbctl.commands.rollout import detection_seconds, checked_services, wait_healthy
+
+    cluster = cluster_from(PAIR_WITH_CHECKS)
+    balancers = [t for t in targets(cluster).values() if t.role == "balancer"]
+    now = [100.0]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    answers = iter([{"lb1": {("web", "pi2"): "up"}, "lb2": {("web", "pi2"): "down"}},
+                    {"lb1": {("web", "pi2"): "up"}, "lb2": None},
+                    {"lb1": {("web", "pi2"): "up"}, "lb2": {("web", "pi2"): "up"}}])
+    ok, how = wait_healthy(cluster, balancers, "pi2", 100.0, 60, None, clock=lambda: now[0],
+                           sleep=sleep, ask=lambda: next(answers))
+    assert ok and how == "healthy on lb1, lb2"
+    # First a whole detection time: a server the command broke is seen down before "up" counts.
+    assert slept[0] == detection_seconds(checked_services(cluster, "pi2")) == 2 * (2 + 1) + 2
+
+
+def test_rollout_gives_up_naming_what_is_not_healthy_where():
+    from lbctl.commands.rollout import wait_healthy
+
+    cluster = cluster_from(PAIR_WITH_CHECKS)
+    balancers = [t for t in targets(cluster).values() if t.role == "balancer"]
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    ok, why = wait_healthy(cluster, balancers, "pi2", 0.0, 30, None, clock=lambda: now[0],
+                           sleep=sleep, ask=lambda: {"lb1": {("web", "pi2"): "down"}, "lb2": {}})
+    assert not ok
+    assert why == "web on lb1: down; web on lb2: not reported"
+
+
+def test_rollout_without_checks_needs_no_wait():
+    from lbctl.commands.rollout import wait_healthy
+
+    cluster = cluster_from()
+    ok, how = wait_healthy(cluster, [], "pi2", 0.0, 30, None, ask=lambda: 1 / 0)
+    assert ok and "no health check" in how
