@@ -23,6 +23,7 @@ IPVS_KINDS = ("service", "real server")
 class ApplyReport:
     done: list = field(default_factory=list)  # Changes made
     pending: list = field(default_factory=list)  # real servers left draining
+    warnings: list = field(default_factory=list)  # done, but not all of it worked
     writes: int = 0
     replan: bool = False  # a daemon stopped: observe again and apply the rest
 
@@ -198,6 +199,8 @@ def _apply_local(adapters, changes, report):
         try:
             if change.kind == "address":
                 (adapters.addresses.add if change.action == ADD else adapters.addresses.remove)(change.key)
+                if change.action == ADD and change.key.ifname != "lo":
+                    _announce(adapters, change.key, report)
             elif change.kind == "sysctl":
                 adapters.sysctls.write(change.key, change.new)
             elif change.kind == "ipvs timeout":
@@ -219,6 +222,19 @@ def _apply_local(adapters, changes, report):
             raise ApplyError(_verb(change), f"{change.kind} {change.key}", reason) from exc
         report.done.append(change)
         report.writes += 1
+
+
+def _announce(adapters, address, report):
+    """A VIP on a balancer's LAN interface is announced: clients and the router
+    may hold another balancer's MAC for it.  (A worker's VIPs, on lo, never are.)
+    The address works unannounced, so a failure is a warning, not a failed apply."""
+    try:
+        adapters.addresses.announce(address)
+    except OSError as exc:
+        report.warnings.append(
+            f"could not announce {address.ip} on {address.ifname} with gratuitous ARP "
+            f"({exc.strerror or exc}): hosts that cached another MAC for it reach it "
+            "only once that entry expires")
 
 
 def _verb(change):

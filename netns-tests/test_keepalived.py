@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import PAIR, WEB_VIP, pair_edited
+from clusters import DNS_VIP, PAIR, WEB_VIP, pair_edited
 from conftest import measured as report
 from lbctl.errors import LabError
 from lbctl.lab.traffic import summarize
@@ -239,6 +239,21 @@ def test_a_crashed_master_hands_the_vip_to_the_backup(lab, pair):
     lab.wait_for_roles()
     lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
     assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
+
+
+def test_a_vip_a_single_balancer_takes_over_is_announced_at_once(lab, pair):
+    """The pair shrinks to lb1 alone while lb2 holds the VIPs: lb2 stops, and
+    lb1 adds them itself.  A client that cached lb2's MAC must learn lb1's at
+    once, not after its entry fails (seconds here, hours on many routers)."""
+    lab.kill_keepalived("lb1", signal.SIGTERM)
+    lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", what="lb2 master")
+    assert lab.udp_ask(DNS_VIP, 53) != ["timeout"]
+    lab.wait_for(lambda: client_neigh_mac(lab, DNS_VIP) == lab.mac("lb2"),
+                 what="the client to cache lb2's MAC for the dns VIP")
+    applied = lab.reset()  # lb2's keepalived stops first; lb1 has no check: netlink
+    assert client_neigh_mac(lab, DNS_VIP) == lab.mac("lb1")
+    assert client_neigh_mac(lab, WEB_VIP) in (None, lab.mac("lb1"))
+    assert lab.udp_ask(DNS_VIP, 53, timeout=1) != ["timeout"], applied
 
 
 def test_a_master_cut_off_fails_over_and_back(lab, pair):

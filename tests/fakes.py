@@ -86,6 +86,9 @@ class FakeAddresses:
         self.entries.discard((address.ip, address.prefixlen, address.ifname))
         self.log.append(("remove", str(address)))
 
+    def announce(self, address):
+        self.log.append(("announce", str(address)))
+
 
 class FakeSysctls:
     def __init__(self, values=None):

@@ -287,3 +287,33 @@ def test_a_record_from_before_0_2_never_restores_lbctl_s_own_values_as_the_node_
                                  "net.ipv4.conf.all.arp_ignore": None}
     # 1 and 2 are lbctl's values, not the node's: remove leaves them rather than "restore" them.
     assert [c for c in remove_plan_of(node).changes if c.kind == "sysctl"] == []
+
+
+def test_a_balancer_announces_each_vip_it_adds_and_a_worker_none():
+    node = Node()
+    node.apply()
+    announced = [entry for entry in node.adapters.addresses.log if entry[0] == "announce"]
+    assert announced == [("announce", "192.168.100.10/32 dev eth0"),
+                         ("announce", "192.168.100.11/32 dev eth0")]
+    node.adapters.addresses.log.clear()
+    node.apply()  # a VIP already held is not announced again
+    assert node.adapters.addresses.log == []
+
+    worker = Node("pi1")
+    worker.apply()
+    assert [e for e in worker.adapters.addresses.log if e[0] == "add"]
+    assert not [e for e in worker.adapters.addresses.log if e[0] == "announce"]
+
+
+def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
+    node = Node()
+
+    def down(address):
+        raise OSError(errno.ENETDOWN, "Network is down")
+    node.adapters.addresses.announce = down
+    report = node.apply()
+    assert len(report.warnings) == 2
+    assert report.warnings[0].startswith(
+        "could not announce 192.168.100.10 on eth0 with gratuitous ARP (Network is down)")
+    assert (IPv4Address("192.168.100.10"), 32, "eth0") in node.adapters.addresses.entries
+    assert node.plan().empty

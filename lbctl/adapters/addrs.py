@@ -29,6 +29,11 @@ class AddressIp:
         self._run("-4", "address", "del", f"{address.ip}/{address.prefixlen}",
                   "dev", address.ifname)
 
+    def announce(self, address):
+        from lbctl.adapters.garp import announce
+
+        announce(address.ip, address.ifname)
+
     @staticmethod
     def _run(*args):
         done = run([IP, *args])

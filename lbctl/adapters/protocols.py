@@ -100,6 +100,9 @@ class Addresses(Protocol):
 
     def remove(self, address) -> None: ...
 
+    # Gratuitous ARP: hosts that cached another MAC for it learn this one.
+    def announce(self, address) -> None: ...
+
 
 @runtime_checkable
 class Sysctls(Protocol):

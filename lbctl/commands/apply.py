@@ -68,6 +68,8 @@ def _print_report(ctx, report, out, removed=False):
     out.write(f"{ctx.plan.role} {ctx.node} of cluster {ctx.cluster.name}: {done}\n")
     for line in report.done:
         out.write(f"  {line}\n")
+    for warning in report.warnings:
+        out.write(f"  ! {warning}\n")
     for change in report.pending:
         out.write(f"  ~ real server {change.key} draining: weight 0, connections "
                   "remain; a later apply deletes it once idle (or --force)\n")

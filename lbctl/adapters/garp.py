@@ -1,0 +1,51 @@
+"""Gratuitous ARP: tell the LAN that this host now holds an address.
+
+A balancer that takes a VIP on (from a pair's backup, or from the balancer it
+replaces) has another MAC than the one clients and the router have cached for
+the VIP.  Unannounced, they keep sending to the old MAC until their entry
+expires: several seconds on Linux, up to hours on many routers.  keepalived
+announces the VIPs it holds; this announces the ones lbctl adds itself.
+
+The frame is an ARP Announcement (RFC 5227): a request for the address from
+the address, which every Linux host and common router takes to update an
+entry it already has, and which creates none where there was none.
+
+Why not scapy: this is one fixed 42-byte frame, and importing scapy costs a
+Pi seconds and tens of MB on every apply that adds a VIP.
+"""
+
+import socket
+import struct
+import time
+
+ETH_P_ARP = 0x0806
+BROADCAST = b"\xff" * 6
+# Three frames, 100 ms apart: one lost frame must not leave a cache stale.
+COUNT = 3
+SPACING = 0.1
+
+
+def announcement(mac, ip):
+    """The Ethernet frame announcing that `ip` (IPv4Address) is at `mac` (6 bytes)."""
+    ethernet = BROADCAST + mac + struct.pack("!H", ETH_P_ARP)
+    # Ethernet, IPv4, 6-byte hardware and 4-byte protocol addresses, a request.
+    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+    return ethernet + arp + mac + ip.packed + b"\0" * 6 + ip.packed
+
+
+def announce(ip, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):
+    """Broadcast that `ip` is at `ifname`'s MAC, `count` times.
+
+    Raises OSError when the frames cannot be sent (the interface is down or
+    gone).  An interface without an Ethernet address (a tunnel) has no ARP
+    cache to update: nothing is sent."""
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
+        sock.bind((ifname, ETH_P_ARP))
+        mac = sock.getsockname()[4]
+        if len(mac) != 6:
+            return
+        frame = announcement(mac, ip)
+        for n in range(count):
+            if n:
+                sleep(spacing)
+            sock.send(frame)
