@@ -9,6 +9,7 @@ far more; loads that measure a gap use 0.5 s, so a lost request shows.
 
 import hashlib
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import DNS_VIP, PAIR, WEB_VIP, pair_edited
+from clusters import DNS_VIP, PAIR, WEB_VIP, edited, pair_edited
 from conftest import measured as report
 from lbctl.errors import LabError
 from lbctl.lab.traffic import summarize
@@ -254,6 +255,22 @@ def test_a_vip_a_single_balancer_takes_over_is_announced_at_once(lab, pair):
     assert client_neigh_mac(lab, DNS_VIP) == lab.mac("lb1")
     assert client_neigh_mac(lab, WEB_VIP) in (None, lab.mac("lb1"))
     assert lab.udp_ask(DNS_VIP, 53, timeout=1) != ["timeout"], applied
+
+
+def test_a_pair_reloaded_as_one_balancer_shows_nothing_left_from_the_pair(lab, pair):
+    """lb2 leaves and pi3 is no longer checked: lb1's keepalived reloads (it
+    runs on, for the check) and has no VRRP instance nor pi3's check any more;
+    status must not show their last reports as current."""
+    status = lab.lbctl("lb1", "status").stdout
+    assert "VRRP MASTER" in status and "health web/pi3: up" in status, status
+    running = lab.keepalived_pids("lb1")[0]
+    lab.reset(edited(services=lambda s: {**s, "web": {**s["web"], "workers": ["pi1", "pi2"],
+                                                      "health": WEB_HEALTH}}), "one-checked")
+    assert lab.keepalived_pids("lb1")[0] == running  # reloaded, not restarted
+    status = lab.lbctl("lb1", "status").stdout
+    assert not re.search(r"VRRP (MASTER|BACKUP|FAULT|STOP)", status), status
+    assert "health web/pi3" not in status, status
+    assert "health web/pi1: up" in status and "health web/pi2: up" in status, status
 
 
 def test_a_master_cut_off_fails_over_and_back(lab, pair):
