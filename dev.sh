@@ -77,6 +77,10 @@ setup() {
   # setuptools 77 or newer builds lbctl offline, as the lab's upgrade test does.
   .venv/bin/python -m pip install -q --upgrade pip 'setuptools>=77'
   .venv/bin/python -m pip install -q -e '.[test]'
+  # An editable install leaves lbctl without bytecode, and where
+  # PYTHONDONTWRITEBYTECODE is set nothing writes it: every lbctl command
+  # (hundreds in the lab, each a new process) would compile lbctl again.
+  .venv/bin/python -m compileall -q lbctl
 }
 
 case "${1:-}" in
