@@ -79,6 +79,7 @@ def execute(plan, adapters):
     # takes effect once restarted; the boot units run lbctl itself and need none.
     _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),
                files)
+    _announce(adapters, plan, report)
     return report
 
 
@@ -199,8 +200,6 @@ def _apply_local(adapters, changes, report):
         try:
             if change.kind == "address":
                 (adapters.addresses.add if change.action == ADD else adapters.addresses.remove)(change.key)
-                if change.action == ADD and change.key.ifname != "lo":
-                    _announce(adapters, change.key, report)
             elif change.kind == "sysctl":
                 adapters.sysctls.write(change.key, change.new)
             elif change.kind == "ipvs timeout":
@@ -224,17 +223,22 @@ def _apply_local(adapters, changes, report):
         report.writes += 1
 
 
-def _announce(adapters, address, report):
-    """A VIP on a balancer's LAN interface is announced: clients and the router
-    may hold another balancer's MAC for it.  (A worker's VIPs, on lo, never are.)
-    The address works unannounced, so a failure is a warning, not a failed apply."""
+def _announce(adapters, plan, report):
+    """The VIPs this run added to a balancer's LAN interface are announced:
+    clients and the router may hold another balancer's MAC for them.  Only
+    now, with the services that serve them in place, so the traffic the
+    announcement pulls in is served.  (A worker's VIPs, on lo, never are.)
+    The addresses work unannounced, so a failure is a warning, not a failed apply."""
+    added = [c.key for c in report.done if c.kind == "address" and c.action == ADD]
+    if plan.role != "balancer" or not added:
+        return
     try:
-        adapters.addresses.announce(address)
+        adapters.addresses.announce(added)
     except OSError as exc:
         report.warnings.append(
-            f"could not announce {address.ip} on {address.ifname} with gratuitous ARP "
-            f"({exc.strerror or exc}): hosts that cached another MAC for it reach it "
-            "only once that entry expires")
+            f"could not announce {', '.join(str(a.ip) for a in added)} with gratuitous ARP "
+            f"({exc.strerror or exc}): hosts that cached another MAC reach them only once "
+            "that entry expires")
 
 
 def _verb(change):

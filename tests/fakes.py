@@ -86,8 +86,8 @@ class FakeAddresses:
         self.entries.discard((address.ip, address.prefixlen, address.ifname))
         self.log.append(("remove", str(address)))
 
-    def announce(self, address):
-        self.log.append(("announce", str(address)))
+    def announce(self, addresses):
+        self.log += [("announce", str(a)) for a in addresses]
 
 
 class FakeSysctls:

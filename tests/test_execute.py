@@ -289,9 +289,17 @@ def test_a_record_from_before_0_2_never_restores_lbctl_s_own_values_as_the_node_
     assert [c for c in remove_plan_of(node).changes if c.kind == "sysctl"] == []
 
 
-def test_a_balancer_announces_each_vip_it_adds_and_a_worker_none():
+def test_a_balancer_announces_each_vip_it_adds_once_ipvs_serves_it_and_a_worker_none():
     node = Node()
+    announce = node.adapters.addresses.announce
+    served_by_then = []
+
+    def announce_and_note(addresses):
+        served_by_then.append(len(node.adapters.ipvs.dests))
+        announce(addresses)
+    node.adapters.addresses.announce = announce_and_note
     node.apply()
+    assert served_by_then == [5]  # every real server in place first, and one call for all
     announced = [entry for entry in node.adapters.addresses.log if entry[0] == "announce"]
     assert announced == [("announce", "192.168.100.10/32 dev eth0"),
                          ("announce", "192.168.100.11/32 dev eth0")]
@@ -308,12 +316,12 @@ def test_a_balancer_announces_each_vip_it_adds_and_a_worker_none():
 def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
     node = Node()
 
-    def down(address):
+    def down(addresses):
         raise OSError(errno.ENETDOWN, "Network is down")
     node.adapters.addresses.announce = down
     report = node.apply()
-    assert len(report.warnings) == 2
-    assert report.warnings[0].startswith(
-        "could not announce 192.168.100.10 on eth0 with gratuitous ARP (Network is down)")
+    assert len(report.warnings) == 1
+    assert report.warnings[0].startswith("could not announce 192.168.100.10, 192.168.100.11 "
+                                         "with gratuitous ARP (Network is down)")
     assert (IPv4Address("192.168.100.10"), 32, "eth0") in node.adapters.addresses.entries
     assert node.plan().empty

@@ -1,5 +1,6 @@
 """The gratuitous ARP a balancer sends for a VIP it adds, read back by scapy."""
 
+import errno
 import os
 import socket
 from ipaddress import IPv4Address
@@ -10,6 +11,7 @@ from scapy.layers.l2 import ARP, Ether
 from lbctl.adapters.garp import ETH_P_ARP, announce, announcement
 
 VIP = IPv4Address("192.168.100.10")
+OTHER = IPv4Address("192.168.100.11")
 MAC = bytes.fromhex("020000000102")
 
 
@@ -28,12 +30,15 @@ def test_announce_sends_the_frames_on_the_interface():
         seen.bind(("lo", ETH_P_ARP))
         seen.settimeout(2)
         waits = []
-        announce(VIP, "lo", count=3, spacing=0.25, sleep=waits.append)
-        frames = [Ether(seen.recv(2048)) for _ in range(3)]
-    assert waits == [0.25, 0.25]
-    assert all(f[ARP].psrc == f[ARP].pdst == str(VIP) for f in frames)
+        announce([VIP, OTHER], "lo", count=3, spacing=0.25, sleep=waits.append)
+        frames = [Ether(seen.recv(2048)) for _ in range(6)]
+    assert waits == [0.25, 0.25]  # three rounds, each of both addresses
+    assert [f[ARP].psrc for f in frames] == [str(VIP), str(OTHER)] * 3
+    assert all(f[ARP].psrc == f[ARP].pdst for f in frames)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="packet sockets need root")
 def test_an_interface_that_is_not_there_raises_oserror():
-    with pytest.raises(OSError):
-        announce(VIP, "no-such-if0", sleep=lambda s: None)
+    with pytest.raises(OSError) as raised:
+        announce([VIP], "no-such-if0", sleep=lambda s: None)
+    assert raised.value.errno == errno.ENODEV

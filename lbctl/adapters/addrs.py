@@ -29,10 +29,11 @@ class AddressIp:
         self._run("-4", "address", "del", f"{address.ip}/{address.prefixlen}",
                   "dev", address.ifname)
 
-    def announce(self, address):
+    def announce(self, addresses):
         from lbctl.adapters.garp import announce
 
-        announce(address.ip, address.ifname)
+        for ifname in sorted({a.ifname for a in addresses}):
+            announce([a.ip for a in addresses if a.ifname == ifname], ifname)
 
     @staticmethod
     def _run(*args):

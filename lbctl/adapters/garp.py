@@ -33,8 +33,8 @@ def announcement(mac, ip):
     return ethernet + arp + mac + ip.packed + b"\0" * 6 + ip.packed
 
 
-def announce(ip, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):
-    """Broadcast that `ip` is at `ifname`'s MAC, `count` times.
+def announce(ips, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):
+    """Broadcast that each of `ips` is at `ifname`'s MAC, in `count` rounds.
 
     Raises OSError when the frames cannot be sent (the interface is down or
     gone).  An interface without an Ethernet address (a tunnel) has no ARP
@@ -44,8 +44,9 @@ def announce(ip, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):
         mac = sock.getsockname()[4]
         if len(mac) != 6:
             return
-        frame = announcement(mac, ip)
+        frames = [announcement(mac, ip) for ip in ips]
         for n in range(count):
             if n:
                 sleep(spacing)
-            sock.send(frame)
+            for frame in frames:
+                sock.send(frame)

@@ -100,8 +100,8 @@ class Addresses(Protocol):
 
     def remove(self, address) -> None: ...
 
-    # Gratuitous ARP: hosts that cached another MAC for it learn this one.
-    def announce(self, address) -> None: ...
+    # Gratuitous ARP: hosts that cached another MAC for them learn this one's.
+    def announce(self, addresses: list) -> None: ...
 
 
 @runtime_checkable
