@@ -267,6 +267,10 @@ def test_a_pair_reloaded_as_one_balancer_shows_nothing_left_from_the_pair(lab, p
     lab.reset(edited(services=lambda s: {**s, "web": {**s["web"], "workers": ["pi1", "pi2"],
                                                       "health": WEB_HEALTH}}), "one-checked")
     assert lab.keepalived_pids("lb1")[0] == running  # reloaded, not restarted
+    # keepalived let go of the VIPs with its VRRP instance; lb1 holds them now.
+    held = lab.sh("lb1", ["ip", "-4", "-o", "address", "show", "dev", "eth0"]).stdout
+    assert WEB_VIP in held and DNS_VIP in held, held
+    assert set(lab.ask_web(4)) == {"served by pi1", "served by pi2"}
     status = lab.lbctl("lb1", "status").stdout
     assert not re.search(r"VRRP (MASTER|BACKUP|FAULT|STOP)", status), status
     assert "health web/pi3" not in status, status

@@ -627,3 +627,31 @@ def test_a_reloaded_keepalived_forgets_the_reports_its_new_config_cannot_make(tm
     assert sorted(os.listdir(state)) == sorted(["health.web@pi1"] + hooks_own)
     keepalived.forget_reports(frozenset())  # nothing checked any more
     assert sorted(os.listdir(state)) == sorted(hooks_own)
+
+
+def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must_hold():
+    from types import SimpleNamespace
+
+    from lbctl.commands.apply import vips_the_reload_drops
+
+    checked_pair = PAIR.replace("scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
+    node = Balancer()
+    node.apply(checked_pair)
+    for vip in ("192.168.100.10", "192.168.100.11"):  # the master's keepalived holds them
+        node.adapters.addresses.entries.add((IPv4Address(vip), 32, "eth0"))
+
+    def context(text):
+        cluster = cluster_from(text)
+        desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name))
+        owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, cluster.name)
+        observed = observe(desired, owned, node.adapters, node.adapters.addresses.list())
+        return SimpleNamespace(desired=desired, observed=observed,
+                               plan=make_plan(desired, observed, owned))
+
+    alone = context(HEALTHY)
+    assert not [c for c in alone.plan.changes if c.kind == "address"]  # present: none to add
+    assert {str(a) for a in vips_the_reload_drops(alone)} == {
+        "192.168.100.10/32 dev eth0", "192.168.100.11/32 dev eth0"}
+    assert vips_the_reload_drops(context(checked_pair.replace("weight: 2", "weight: 3"))) == set()
+    execute(alone.plan, node.adapters)
+    assert vips_the_reload_drops(context(HEALTHY.replace("weight: 2", "weight: 3"))) == set()

@@ -8,7 +8,7 @@ from lbctl.last_apply import record_last_apply
 from lbctl.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
 from lbctl.node import load_node
-from lbctl.plan import DEFERRED_MARK, DRAINING_MARK, format_plan
+from lbctl.plan import ADD, DEFERRED_MARK, DRAINING_MARK, format_plan
 
 
 def run(args, out):
@@ -40,6 +40,7 @@ def _apply(args, out, cluster, reached):
         raise UsageError("--keep-leaving is for workers: a balancer's removals are "
                          "keepalived's or drain by themselves")
     report = None
+    dropped = vips_the_reload_drops(ctx)
     if not ctx.plan.empty:
         report = execute(ctx.plan, ctx.adapters)
         if report.replan:
@@ -59,8 +60,45 @@ def _apply(args, out, cluster, reached):
         out.write(f"{DEFERRED_MARK}: " + "; ".join(str(c).strip() for c in ctx.plan.deferred)
                   + "\n")
     if ctx.desired.daemon is not None:
+        if dropped and report is not None:
+            _take_back(dropped, ctx, load, out)
         return check_keepalived_table(ctx, out, waited=report is not None)
     return 0
+
+
+def vips_the_reload_drops(ctx):
+    """The VIPs keepalived deletes as it reloads this plan's config: those of
+    a VRRP instance the new config no longer has (a pair become one
+    balancer), which this balancer holds itself from now on.  The plan was
+    made while keepalived still held them, so it adds none."""
+    daemon = ctx.desired.daemon
+    if daemon is None or not ctx.desired.addresses:
+        return set()
+    conf = next((c for c in ctx.plan.changes if c.kind == "file" and c.key == daemon.config),
+                None)
+    if conf is None or conf.old is None or "vrrp_instance" not in conf.old.content:
+        return set()
+    return set(ctx.desired.addresses) & ctx.observed.addresses
+
+
+def _take_back(vips, ctx, load, out, patience=5.0, clock=time.monotonic, sleep=time.sleep):
+    """Once keepalived has let go of `vips` (Addresses), add them again, and
+    announce them, as this balancer's own."""
+    def held():
+        return {(a.ip, a.prefixlen, a.ifname) for a in vips} & set(ctx.adapters.addresses.list())
+
+    deadline = clock() + patience
+    while held() and clock() < deadline:
+        sleep(0.2)
+    again = load()
+    adds = [c for c in again.plan.changes
+            if c.kind == "address" and c.action == ADD and c.key in vips]
+    if not adds:
+        return
+    out.write("  keepalived let go of the pair's VIPs as it reloaded; this balancer holds "
+              "them itself now:\n")
+    again.plan.changes = adds
+    _print_report(again, execute(again.plan, again.adapters), out)
 
 
 def _print_report(ctx, report, out, removed=False):
