@@ -146,7 +146,6 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     `force` drops it at once.  `drained` (DestKeys) stay in at weight 0,
     checks and all, until `lbctl undrain`.
     """
-    from lbctl.health import VRRP_REPORTS, health_report_name
     from lbctl.render.keepalived import (
         TAKEOVER_SCRIPT, config_digest, render_keepalived_conf, render_keepalived_unit,
         render_takeover_rules, script_text,
@@ -183,12 +182,7 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     daemon_files = frozenset([layout.conf, *scripts, layout.takeover_rules])
     digest = config_digest({path: state.files[path].content for path in daemon_files
                             if path in state.files})
-    reports = {health_report_name(svc.name, rs.worker) for svc in cluster.services.values()
-               if svc.health is not None for rs in svc.real_servers}
-    if len(cluster.balancers) > 1:
-        reports |= set(VRRP_REPORTS)
-    state.daemon = DaemonSpec("keepalived", layout.conf, daemon_files, programs, digest,
-                              frozenset(reports))
+    state.daemon = DaemonSpec("keepalived", layout.conf, daemon_files, programs, digest)
     state.external |= {svc.key for svc in cluster.services.values()}
     for svc in cluster.services.values():
         state.start_services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)

@@ -22,24 +22,6 @@ from lbctl.config.model import NAME_PATTERN, DestKey
 _MAX_HOOK_FILE = 128
 _STATES = {"vrrp": {"MASTER", "BACKUP", "FAULT", "STOP"}, "health": {"up", "down"}}
 _HEALTH_FILE = re.compile(rf"health\.{NAME_PATTERN}@{NAME_PATTERN}")
-# The VRRP hook's files: the role, and how often it changed (the exporter's count).
-VRRP_REPORTS = ("vrrp", "vrrp.transitions")
-
-
-def health_report_name(service, worker):
-    """The file the notify hook writes a worker's health to.
-
-    '@' separates the names because no service or worker name may contain it."""
-    return f"health.{service}@{worker}"
-
-
-def stale_reports(names, kept):
-    """Which of `names` (a state folder's) are hook files that `kept` leaves out:
-    reports of checks or a VRRP instance a reloaded keepalived no longer has,
-    which would otherwise show as current.  A hook's temporary file, or its
-    lock, is never one."""
-    return sorted(name for name in names if name not in kept
-                  and (name in VRRP_REPORTS or _HEALTH_FILE.fullmatch(name)))
 
 
 @dataclass(frozen=True)
@@ -105,11 +87,14 @@ def read_transitions(state_dir):
 
 
 def health_of(reported, service, worker):
-    return reported.get(health_report_name(service, worker))
+    return reported.get(f"health.{service}@{worker}")
 
 
 def workers_health(reported):
-    """[(service, worker, Reported)] for every health file, sorted."""
+    """[(service, worker, Reported)] for every health file, sorted.
+
+    '@' separates the names because no service or worker name may contain it.
+    """
     found = []
     for name, r in sorted(reported.items()):
         if name.startswith("health."):

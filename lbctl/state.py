@@ -72,9 +72,6 @@ class DaemonSpec:
     # Wanted: of the files it should run on.  Observed: of what it last (re)loaded,
     # "" when that is not known.
     digest: str = ""
-    # Wanted: the files its notify hooks may write in the state folder (health.SERVICE@WORKER,
-    # vrrp): any other such file is left from an earlier config.
-    reports: frozenset = frozenset()
 
 
 @dataclass

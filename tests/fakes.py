@@ -159,6 +159,3 @@ class FakeKeepalived:
     def stop(self):
         self.calls.append("stop")
         self.is_running = False
-
-    def forget_reports(self, kept):
-        self.calls.append(("forget_reports", sorted(kept)))

@@ -605,30 +605,6 @@ def test_a_reload_lost_after_the_files_were_written_is_made_good_by_the_next_app
     assert node.plan(reweighted).empty
 
 
-def test_a_reloaded_keepalived_forgets_the_reports_its_new_config_cannot_make(tmp_path):
-    # The pair becomes one balancer with a check of web: the VRRP files go,
-    # and so does the report of a worker the file no longer checks.
-    single = desired_state(cluster_from(HEALTHY), "lb1", "eth0",
-                           layout=KeepalivedLayout("pi-web", str(tmp_path)))
-    assert single.daemon.reports == {"health.web@pi1", "health.web@pi2", "health.web@pi3"}
-    pair = desired_state(cluster_from(PAIR.replace("scheduler: wrr}", "scheduler: wrr, "
-                                                   "health: {http: {path: /}}}")),
-                         "lb1", "eth0", layout=KeepalivedLayout("pi-web", str(tmp_path)))
-    assert pair.daemon.reports == single.daemon.reports | {"vrrp", "vrrp.transitions"}
-
-    keepalived = KeepalivedProcess(KeepalivedLayout("pi-web", str(tmp_path)), use_systemd=False)
-    state = tmp_path / "run/lbctl/pi-web/state"
-    state.mkdir(parents=True)
-    left = ["vrrp", "vrrp.transitions", "health.web@pi1", "health.web@pi9", "health.dns@pi1"]
-    hooks_own = [".vrrp.lock", ".put.Xy12Ab", "check.web@pi9"]  # a hook at work, a probe's
-    for name in left + hooks_own:
-        (state / name).write_text("up 1700000000\n")
-    keepalived.forget_reports(single.daemon.reports)
-    assert sorted(os.listdir(state)) == sorted(["health.web@pi1"] + hooks_own)
-    keepalived.forget_reports(frozenset())  # nothing checked any more
-    assert sorted(os.listdir(state)) == sorted(hooks_own)
-
-
 def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must_hold():
     from types import SimpleNamespace
 

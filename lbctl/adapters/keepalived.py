@@ -138,23 +138,6 @@ class KeepalivedProcess:
             os.kill(pid, signal.SIGTERM)
             self._wait(lambda: self._pid() is None, "stop")
 
-    def forget_reports(self, kept):
-        """Delete the hook files in the state folder that `kept` leaves out.
-
-        A reloaded keepalived keeps the state of the checks it still has and
-        reports nothing for the ones it dropped; their files, and a VRRP
-        instance's after the pair became one balancer, would show as current."""
-        from lbctl.health import stale_reports
-
-        state_dir = self.layout.real(self.layout.state_dir)
-        try:
-            names = os.listdir(state_dir)
-        except FileNotFoundError:
-            return
-        for name in stale_reports(names, kept):
-            with suppress(FileNotFoundError):
-                os.unlink(os.path.join(state_dir, name))
-
     # -- helpers -------------------------------------------------------------
     def _load_takeover_rules(self, wanted):
         """Before keepalived (re)reads its config or stops: with the grace

@@ -139,9 +139,6 @@ class Keepalived(Protocol):
 
     def stop(self) -> None: ...
 
-    # Delete hook files of checks or a VRRP instance the loaded config no longer has.
-    def forget_reports(self, kept: frozenset) -> None: ...
-
 
 @dataclass
 class Adapters:

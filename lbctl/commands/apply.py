@@ -153,9 +153,6 @@ def check_keepalived_table(ctx, out, waited):
         note_loaded(ctx.adapters.files, ctx.cluster.name, ctx.desired.daemon)
         waited = True
         problems, unchecked, reported = table(settle_seconds(ctx.cluster))
-    if waited:
-        # keepalived runs the new config now: reports only the old one made go.
-        ctx.adapters.keepalived.forget_reports(ctx.desired.daemon.reports)
     if ctx.cluster.ipvs_timeouts:
         problems += _timeout_drift(ctx, waited)
     for line in describe_health(ctx.cluster, reported):
