@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters import DNS_VIP, PAIR, WEB_VIP, pair_edited
+from clusters import DNS_VIP, PAIR, WEB_VIP, edited, pair_edited
 from conftest import measured as report
 from lbctl.errors import LabError
 from lbctl.lab.traffic import summarize
