@@ -8,7 +8,7 @@ from lbctl.last_apply import record_last_apply
 from lbctl.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
 from lbctl.node import load_node
-from lbctl.plan import ADD, CHANGE, DEFERRED_MARK, DRAINING_MARK, format_plan
+from lbctl.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, format_plan
 
 
 def run(args, out):
@@ -40,13 +40,20 @@ def _apply(args, out, cluster, reached):
         raise UsageError("--keep-leaving is for workers: a balancer's removals are "
                          "keepalived's or drain by themselves")
     report = None
-    dropped = vips_the_reload_drops(ctx)
-    if not ctx.plan.empty:
+    released = vips_the_reload_drops(ctx)
+    changed = not ctx.plan.empty
+    if changed:
         report = execute(ctx.plan, ctx.adapters)
-        if report.replan:
-            # keepalived stopped and took its VIPs and services: lbctl takes over.
+        if report.replan or released:
+            # keepalived stopped and took its VIPs and services, or reloaded
+            # without the pair's VRRP instance and took that instance's VIPs:
+            # observe again, and lbctl takes over what keepalived let go of.
             _print_report(ctx, report, out, args.remove)
+            _wait_until_released(released, ctx.adapters.addresses)
             ctx = load()
+            if released and not ctx.plan.empty:
+                out.write("  keepalived let go of the pair's VIPs as it reloaded; this "
+                          "balancer holds them itself now:\n")
             report = execute(ctx.plan, ctx.adapters) if not ctx.plan.empty else None
     if args.remove:
         remove_runtime_dirs(args.root, cluster.name)
@@ -60,9 +67,7 @@ def _apply(args, out, cluster, reached):
         out.write(f"{DEFERRED_MARK}: " + "; ".join(str(c).strip() for c in ctx.plan.deferred)
                   + "\n")
     if ctx.desired.daemon is not None:
-        if dropped and report is not None:
-            _take_back(dropped, ctx, load, out)
-        return check_keepalived_table(ctx, out, waited=report is not None)
+        return check_keepalived_table(ctx, out, waited=changed)
     return 0
 
 
@@ -82,24 +87,15 @@ def vips_the_reload_drops(ctx):
     return set(ctx.desired.addresses) & ctx.observed.addresses
 
 
-def _take_back(vips, ctx, load, out, patience=5.0, clock=time.monotonic, sleep=time.sleep):
-    """Once keepalived has let go of `vips` (Addresses), add them again, and
-    announce them, as this balancer's own."""
-    def held():
-        return {(a.ip, a.prefixlen, a.ifname) for a in vips} & set(ctx.adapters.addresses.list())
+def _wait_until_released(vips, addresses, patience=5.0, clock=time.monotonic,
+                         sleep=time.sleep):
+    """Until keepalived has deleted `vips` (Addresses), or `patience` is out."""
+    from lbctl.state import Address
 
     deadline = clock() + patience
-    while held() and clock() < deadline:
+    while vips & {Address(ip, ifname, prefix) for ip, prefix, ifname in addresses.list()} \
+            and clock() < deadline:
         sleep(0.2)
-    again = load()
-    adds = [c for c in again.plan.changes
-            if c.kind == "address" and c.action == ADD and c.key in vips]
-    if not adds:
-        return
-    out.write("  keepalived let go of the pair's VIPs as it reloaded; this balancer holds "
-              "them itself now:\n")
-    again.plan.changes = adds
-    _print_report(again, execute(again.plan, again.adapters), out)
 
 
 def _print_report(ctx, report, out, removed=False):
