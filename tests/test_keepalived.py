@@ -4,6 +4,7 @@ import errno
 import os
 import subprocess
 from ipaddress import IPv4Address
+from types import SimpleNamespace
 
 import pytest
 
@@ -102,14 +103,19 @@ class Balancer:
             ipvs=FakeIpvs(), addresses=FakeAddresses({(IPv4Address("192.168.100.2"), 24, "eth0")}),
             sysctls=FakeSysctls(), files=FakeFiles(), keepalived=self.keepalived)
 
-    def plan(self, text):
+    def context(self, text):
+        """What apply works from: the desired and observed states, and the plan."""
         cluster = cluster_from(text)
         leaving = leaving_real_servers(cluster, self.adapters.ipvs.dump())
         desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name),
                                 leaving=leaving)
         owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
         observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
-        return make_plan(desired, observed, owned)
+        return SimpleNamespace(desired=desired, observed=observed,
+                               plan=make_plan(desired, observed, owned))
+
+    def plan(self, text):
+        return self.context(text).plan
 
     def apply(self, text):
         return execute(self.plan(text), self.adapters)
@@ -606,8 +612,6 @@ def test_a_reload_lost_after_the_files_were_written_is_made_good_by_the_next_app
 
 
 def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must_hold():
-    from types import SimpleNamespace
-
     from lbctl.commands.apply import vips_the_reload_drops
 
     checked_pair = PAIR.replace("scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
@@ -616,18 +620,11 @@ def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must
     for vip in ("192.168.100.10", "192.168.100.11"):  # the master's keepalived holds them
         node.adapters.addresses.entries.add((IPv4Address(vip), 32, "eth0"))
 
-    def context(text):
-        cluster = cluster_from(text)
-        desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name))
-        owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, cluster.name)
-        observed = observe(desired, owned, node.adapters, node.adapters.addresses.list())
-        return SimpleNamespace(desired=desired, observed=observed,
-                               plan=make_plan(desired, observed, owned))
-
-    alone = context(HEALTHY)
+    alone = node.context(HEALTHY)
     assert not [c for c in alone.plan.changes if c.kind == "address"]  # present: none to add
     assert {str(a) for a in vips_the_reload_drops(alone)} == {
         "192.168.100.10/32 dev eth0", "192.168.100.11/32 dev eth0"}
-    assert vips_the_reload_drops(context(checked_pair.replace("weight: 2", "weight: 3"))) == set()
+    assert vips_the_reload_drops(node.context(checked_pair.replace("weight: 2", "weight: 3"))) \
+        == set()
     execute(alone.plan, node.adapters)
-    assert vips_the_reload_drops(context(HEALTHY.replace("weight: 2", "weight: 3"))) == set()
+    assert vips_the_reload_drops(node.context(HEALTHY.replace("weight: 2", "weight: 3"))) == set()

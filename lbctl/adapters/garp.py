@@ -20,7 +20,7 @@ import time
 
 ETH_P_ARP = 0x0806
 BROADCAST = b"\xff" * 6
-# Three frames, 100 ms apart: one lost frame must not leave a cache stale.
+# Three rounds, 100 ms apart: one lost frame must not leave a cache stale.
 COUNT = 3
 SPACING = 0.1
 
