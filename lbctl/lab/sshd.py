@@ -46,6 +46,9 @@ class LabSsh:
             "  IdentitiesOnly yes",
             f"  UserKnownHostsFile {self.dir}/known_hosts",
             "  StrictHostKeyChecking yes",
+            # The default post-quantum exchange (sntrup761) costs seconds per
+            # login in the emulated lab VM, and the lab logs in hundreds of times.
+            "  KexAlgorithms curve25519-sha256",
             "  LogLevel ERROR", ""]))
         for node in nodes:
             self.start(node.name)
@@ -72,7 +75,13 @@ class LabSsh:
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
             "UsePAM no",
-            f"SetEnv LBCTL_ROOT={node.root} PATH={bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", ""]))
+            # bash run by sshd sources ~/.bashrc even for `bash -c COMMAND`, and
+            # the lab logs in as this machine's root, whose .bashrc may be a
+            # developer's (pyenv init took seconds a login).  A node's stock
+            # Debian .bashrc returns at once for such a shell; SHLVL=1 makes
+            # bash skip it altogether, as a second-level shell does.
+            f"SetEnv SHLVL=1 LBCTL_ROOT={node.root} "
+            f"PATH={bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", ""]))
 
     def _lbctl_claiming(self, node, version):
         """A folder whose `lbctl` is this one saying it is `version`: a node
