@@ -34,9 +34,11 @@ def _apply(lab, path, nodes, *extra):
 def test_a_worker_removed_under_keepalived_finishes_its_downloads_first(lab, pair):  # noqa: F811
     without_pi3 = lab.write("pair-no-pi3", pair_edited(
         services=lambda s: {**s, "web": {**s["web"], "workers": ["pi1", "pi2"]}}))
-    # 30 downloads of 1 MiB at 16 KiB/s: about 64 s each, a third or more on
-    # pi3; they outlast two applies on a slow, emulated VM.
-    downloads = lab.traffic("downloads", WEB_VIP, "--count", 30, "--rate", 16 * 1024)
+    # 30 downloads of 1 MiB at 4 KiB/s, a third or more on pi3: they would take
+    # over 4 minutes, far longer than two applies on a slow, emulated VM; they
+    # are hurried once pi3 is drained.
+    downloads = lab.traffic("downloads", WEB_VIP, "--count", 30, "--rate", 4 * 1024,
+                            "--timeout", 600)
     lab.wait_for(lambda: _web_active(lab, PI3) >= 5, what="downloads running on pi3")
     # The balancers only: the worker keeps its VIP until its own apply, after the drain.
     applied = _apply(lab, without_pi3, ("lb2", "lb1"))
@@ -46,7 +48,9 @@ def test_a_worker_removed_under_keepalived_finishes_its_downloads_first(lab, pai
     assert f"~ real server tcp {WEB_VIP}:80 -> {PI3}:80 draining" in plan.stdout, \
         plan.stdout + applied + lab.sh("lb1", ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"]).stdout
     assert "served by pi3" not in lab.ask_web(6)
+    assert _web_active(lab, PI3) >= 5, "the downloads on pi3 outlast the drain"
 
+    lab.hurry(downloads)
     results = lab.finish(downloads)
     exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
     report("keepalived drain", complete_and_byte_exact=f"{len(exact)}/{len(results)}",

@@ -162,10 +162,11 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
 def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(lab, pair):
     # Short requests first: their entries stay a while in the closing states.
     lab.ask_web(6)
-    # Six long downloads (1 MiB at 10 KiB/s, about 100 s each: they outlast the
-    # steps below on a slow emulated VM); some land on pi3.
-    downloads = lab.traffic("downloads", WEB_VIP, "--count", 6, "--rate", 10 * 1024,
-                            "--timeout", 300)
+    # Six long downloads (1 MiB at 4 KiB/s, over 4 minutes each: they outlast the
+    # steps below on a slow emulated VM, and are hurried once drain --wait
+    # shows them); some land on pi3.
+    downloads = lab.traffic("downloads", WEB_VIP, "--count", 6, "--rate", 4 * 1024,
+                            "--timeout", 600)
     LOADS.append(downloads)  # a failed assertion leaves them to no_stray_load
     lab.wait_for(lambda: sum(active_web(lab).values()) == 6, what="6 downloads running")
     held = active_web(lab)["pi3"]
@@ -198,7 +199,15 @@ def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(
                                 *lab.lbctl_argv("drain", "pi3", "--wait", "--timeout", "300",
                                                 node="lb1")],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Once it counts pi3's downloads, they may end: drain --wait must see that.
+    shown = ""
+    while not shown.endswith("\n") or not shown.splitlines()[-1].startswith("draining pi3: "):
+        line = waiting.stderr.readline()
+        assert line, f"drain --wait ended before it counted: {shown}"
+        shown += line
+    lab.hurry(downloads)
     stdout, stderr = waiting.communicate(timeout=360)
+    stderr = shown + stderr
     seconds = time.monotonic() - started
     measured("drain --wait with long downloads", seconds=f"{seconds:.1f}")
     assert waiting.returncode == 0, stdout + stderr

@@ -10,6 +10,7 @@ import argparse
 import hashlib
 import json
 import selectors
+import signal
 import socket
 import sys
 import time
@@ -56,9 +57,18 @@ def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
 
     A small receive buffer keeps the sender paced by the reader, so each
     connection stays in flight on the wire (and through the balancer's
-    connection table) for the whole download.
+    connection table) for the whole download.  SIGUSR1 lifts the pace: the
+    downloads then finish as fast as the path allows.  A test starts them slow
+    enough to outlast its steps on the slowest machine, and hurries them once
+    its steps are done, so it waits no longer than it must.
     Returns [{"ok", "bytes", "sha256", "error"}].
     """
+    pace = {"per_tick": max(1, int(rate / 20)), "pause": 0.05}
+
+    def hurry(_signum, _frame):
+        pace.update(per_tick=1 << 20, pause=0)
+
+    signal.signal(signal.SIGUSR1, hurry)
     sel = selectors.DefaultSelector()
     results = []
     for _ in range(count):
@@ -74,13 +84,12 @@ def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
         except OSError as exc:
             state["error"], state["done"] = f"connect: {exc}", True
         results.append(state)
-    per_tick = max(1, int(rate / 20))
     deadline = time.time() + timeout
     while sel.get_map() and time.time() < deadline:
         for key, _ in sel.select(timeout=0.05):
             state = key.data
             try:
-                chunk = key.fileobj.recv(per_tick)
+                chunk = key.fileobj.recv(pace["per_tick"])
             except BlockingIOError:
                 continue
             except OSError as exc:
@@ -91,7 +100,7 @@ def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
             state["done"] = True
             sel.unregister(key.fileobj)
             key.fileobj.close()
-        time.sleep(0.05)
+        time.sleep(pace["pause"])
     for key in list(sel.get_map().values()):
         key.data["error"] = "timed out"
         key.fileobj.close()
