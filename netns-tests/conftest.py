@@ -55,6 +55,15 @@ def measured(title, **figures):
     print("\n" + line)
 
 
+def pytest_runtest_logreport(report):
+    """A failure's traceback at once, not only in the summary at the end: a run
+    stopped by CI's time limit never reaches that summary."""
+    if report.failed:
+        tail = "\n".join(report.longreprtext.splitlines()[-60:])
+        sys.stderr.write(f"\n--- {report.nodeid} ({report.when}) failed:\n{tail}\n---\n")
+        sys.stderr.flush()
+
+
 def pytest_terminal_summary(terminalreporter):
     if MEASUREMENTS:
         terminalreporter.section("measured in the lab")
