@@ -92,7 +92,7 @@ def _script(tmp_path, name):
     return str(script)
 
 
-@pytest.mark.parametrize("trap", ["fifo", "zero"])
+@pytest.mark.parametrize("trap", ["fifo", "zero", "sparse"])
 def test_the_hooks_finish_whatever_their_own_files_are(tmp_path, trap):
     """A hook that never ends holds its lock, and burns a CPU, for ever."""
     state = tmp_path / "state"
@@ -100,8 +100,11 @@ def test_the_hooks_finish_whatever_their_own_files_are(tmp_path, trap):
     for name in ("vrrp", "vrrp.transitions", "check.state"):
         if trap == "fifo":
             os.mkfifo(state / name)
-        else:
+        elif trap == "zero":
             (state / name).symlink_to("/dev/zero")
+        else:  # a regular file of NULs that bash's read would skip to its end
+            with open(state / name, "wb") as fh:
+                fh.truncate(1 << 40)
     notify = subprocess.run([_script(tmp_path, "lbctl-notify"), str(state), "vrrp", "lab", "x",
                              "MASTER"], capture_output=True, text=True, timeout=10)
     assert notify.returncode == 0, notify.stderr
@@ -111,3 +114,20 @@ def test_the_hooks_finish_whatever_their_own_files_are(tmp_path, trap):
                             "3", "0.5", "exec", "127.0.0.1", "80", "--", "/bin/true"],
                            capture_output=True, text=True, timeout=10)
     assert check.returncode == 0 and (state / "check.state").read_text() == "up 0\n"
+
+
+def test_a_vrrp_hook_behind_a_stuck_lock_still_records_the_state(tmp_path):
+    """A hook that held the lock for ever would leave every later hook queued
+    behind it, and status reading a role keepalived left long ago."""
+    import fcntl
+
+    state = tmp_path / "state"
+    state.mkdir()
+    with open(state / ".vrrp.lock", "a") as stuck:
+        fcntl.flock(stuck, fcntl.LOCK_EX)
+        notify = subprocess.run([_script(tmp_path, "lbctl-notify"), str(state), "vrrp", "lab",
+                                 "x", "BACKUP"], capture_output=True, text=True, timeout=30)
+    assert notify.returncode == 0, notify.stderr
+    assert "transition not counted" in notify.stderr
+    assert (state / "vrrp").read_text().startswith("BACKUP ")
+    assert not (state / "vrrp.transitions").exists()
