@@ -19,3 +19,35 @@ services:
 
 def cluster_from(text=PI_SINGLE, path="cluster.yaml"):
     return validate(parse_document(text, path))
+
+
+
+def keepalived_findings(tmp_path, text):
+    """What keepalived's own config test says of the keepalived.conf lbctl
+    renders for `text`: (conf, findings), through the real adapter."""
+    from lbctl.adapters.keepalived import KeepalivedProcess
+    from lbctl.render.keepalived import (
+        SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
+    )
+
+    cluster = cluster_from(text)
+    layout = KeepalivedLayout(cluster.name, str(tmp_path))
+    conf = render_keepalived_conf(cluster, "lb1", "eth0", layout)
+    # lbctl's script user may not exist on this host, and keepalived drops
+    # every MISC_CHECK unread without one: run them as nobody, with the scripts
+    # where the config names them.
+    for name in ("lbctl-check", "lbctl-notify"):
+        script = tmp_path / "etc/lbctl" / cluster.name / name
+        script.parent.mkdir(parents=True, exist_ok=True)
+        script.write_text(script_text(name))
+        script.chmod(0o755)
+    conf = conf.replace(f"script_user {SCRIPT_USER}\n", "script_user nobody\n")
+    return conf, KeepalivedProcess(layout).test(conf)
+
+
+def keepalived_test(tmp_path, conf, cluster_name="pi-web"):
+    """keepalived's findings on a conf edited after keepalived_findings()."""
+    from lbctl.adapters.keepalived import KeepalivedProcess
+    from lbctl.render.keepalived import KeepalivedLayout
+
+    return KeepalivedProcess(KeepalivedLayout(cluster_name, str(tmp_path))).test(conf)
