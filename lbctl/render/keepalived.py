@@ -12,6 +12,17 @@ NOTIFY_SCRIPT = "lbctl-notify"
 TAKEOVER_SCRIPT = "lbctl-takeover"  # root hook of a pair: the takeover grace
 
 
+PREEMPT_DELAY_MAX = 1000  # seconds; keepalived refuses a longer preempt_delay
+
+
+def preempt_delay_seconds(cluster):
+    """A returning master takes the VIPs back only once its own checks could
+    have found every healthy worker, or it would serve from a table that
+    lacks them.  Checks far apart (hourly) are capped where keepalived's
+    limit is, rather than making keepalived refuse the whole file."""
+    return min(cluster.health_ready_seconds + 1, PREEMPT_DELAY_MAX)
+
+
 @dataclass(frozen=True)
 class KeepalivedLayout:
     """keepalived's files for one cluster, as paths inside the node's root.
@@ -86,7 +97,7 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=(), draine
                   cluster=cluster.name, node=node, interface=interface,
                   address=balancer.address, priority=balancer.priority or 100,
                   peer=peers[0] if peers else None, vrrp=cluster.vrrp, vips=cluster.vips,
-                  preempt_delay=f"{cluster.health_settle_seconds + 1:g}",
+                  preempt_delay=f"{preempt_delay_seconds(cluster):g}",
                   services=list(cluster.services.values()), leaving=leaving,
                   drained={(key.service, key.address) for key in drained},
                   timeouts=cluster.ipvs_timeouts,
