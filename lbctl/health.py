@@ -110,9 +110,12 @@ def settle_seconds(cluster):
     """How long apply waits for a fresh keepalived's checks: until every check
     had its chance, but never longer than MAX_SETTLE_WAIT (ten rises of an
     hourly check would hold apply, a boot unit or an ssh session for hours).
-    On a busy Pi a hook reports a pass a moment after keepalived has set the
-    weight: that is waited for too."""
-    return min(cluster.health_ready_seconds + 3, MAX_SETTLE_WAIT)
+    keepalived's first probe of a check may come as late as one interval
+    after it starts, and on a busy Pi a hook reports a pass a moment after
+    keepalived has set the weight: both are waited for."""
+    first_probe = max((s.health.interval for s in cluster.services.values()
+                       if s.health is not None), default=0)
+    return min(cluster.health_settle_seconds + first_probe + 3, MAX_SETTLE_WAIT)
 
 
 def ipvs_drift(cluster, reported, services, draining=frozenset(), drained=frozenset()):

@@ -77,7 +77,7 @@ def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
         lab.set_link("lb1", True)
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "BACKUP", what="lb1 back as backup")
     # Longer than the preempt delay a preempting master would wait before taking over.
-    time.sleep(lab.cluster.health_ready_seconds + 3)
+    time.sleep(lab.cluster.health_settle_seconds + 3)
     assert (lab.vrrp_state("lb1"), lab.vrrp_state("lb2")) == ("BACKUP", "MASTER")
 
     before_answers, during_answers = before.finish(), during.finish()

@@ -57,11 +57,12 @@ def render(text, node="lb1", root="/"):
     return render_keepalived_conf(cluster, node, "eth0", KeepalivedLayout(cluster.name, root))
 
 
-def test_a_returning_master_waits_for_its_first_probes_within_keepalived_limit(tmp_path):
+def test_a_returning_master_waits_for_its_checks_within_keepalived_limit(tmp_path):
     checked = PAIR.replace("scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
-    # The first probe up to one 2 s interval after start, two rises of 2 s, a
-    # 1 s timeout, and a second to spare.
-    assert "preempt_delay 8\n" in render(checked + "vrrp: {preempt: true}\n")
+    # Two passes 2 s apart, the first a second after start, each with up to
+    # a 1 s timeout: within 2 x 2 + 1 + 1 s.
+    conf = render(checked + "vrrp: {preempt: true}\n")
+    assert "preempt_delay 6\n" in conf and "warmup 0\n" in conf  # no random first delay
     hourly = checked.replace("{http: {path: /}}", "{http: {path: /}, interval: 3600s}")
     conf, findings = keepalived_findings(tmp_path, hourly + "vrrp: {preempt: true}\n")
     assert "preempt_delay 1000\n" in conf and findings == []

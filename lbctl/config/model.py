@@ -207,16 +207,6 @@ class Cluster:
                     for s in self.services.values() if s.health is not None), default=0)
 
     @property
-    def health_ready_seconds(self):
-        """How long a freshly started keepalived may take to bring every healthy
-        worker in: its first probe of a check comes up to one interval after it
-        starts (keepalived spreads the checks over their first interval), then
-        `rise` passes."""
-        first_probe = max((s.health.interval for s in self.services.values()
-                           if s.health is not None), default=0)
-        return self.health_settle_seconds + first_probe
-
-    @property
     def vips(self):
         return sorted({s.vip for s in self.services.values()})
 

@@ -12,15 +12,18 @@ NOTIFY_SCRIPT = "lbctl-notify"
 TAKEOVER_SCRIPT = "lbctl-takeover"  # root hook of a pair: the takeover grace
 
 
-PREEMPT_DELAY_MAX = 1000  # seconds; keepalived refuses a longer preempt_delay
+PREEMPT_DELAY_MAX = 1000  # seconds; keepalived drops a longer preempt_delay
 
 
 def preempt_delay_seconds(cluster):
     """A returning master takes the VIPs back only once its own checks could
     have found every healthy worker, or it would serve from a table that
-    lacks them.  Checks far apart (hourly) are capped where keepalived's
-    limit is, rather than making keepalived refuse the whole file."""
-    return min(cluster.health_ready_seconds + 1, PREEMPT_DELAY_MAX)
+    lacks them.  Every check runs with `warmup 0`, so its first probe comes a
+    second after keepalived starts: `rise` passes take no longer than the
+    settle time plus that second.  Checks far apart (hourly) are capped at
+    keepalived's limit: past it keepalived drops the value and preempts at
+    once."""
+    return min(cluster.health_settle_seconds + 1, PREEMPT_DELAY_MAX)
 
 
 @dataclass(frozen=True)
