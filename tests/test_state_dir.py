@@ -115,19 +115,3 @@ def test_the_hooks_finish_whatever_their_own_files_are(tmp_path, trap):
                            capture_output=True, text=True, timeout=10)
     assert check.returncode == 0 and (state / "check.state").read_text() == "up 0\n"
 
-
-def test_a_vrrp_hook_behind_a_stuck_lock_still_records_the_state(tmp_path):
-    """A hook that held the lock for ever would leave every later hook queued
-    behind it, and status reading a role keepalived left long ago."""
-    import fcntl
-
-    state = tmp_path / "state"
-    state.mkdir()
-    with open(state / ".vrrp.lock", "a") as stuck:
-        fcntl.flock(stuck, fcntl.LOCK_EX)
-        notify = subprocess.run([_script(tmp_path, "lbctl-notify"), str(state), "vrrp", "lab",
-                                 "x", "BACKUP"], capture_output=True, text=True, timeout=30)
-    assert notify.returncode == 0, notify.stderr
-    assert "transition not counted" in notify.stderr
-    assert (state / "vrrp").read_text().startswith("BACKUP ")
-    assert not (state / "vrrp.transitions").exists()
