@@ -30,13 +30,23 @@ class ApplyReport:
 
 def execute(plan, adapters):
     report = ApplyReport()
-    files = adapters.files
     stop = [c for c in plan.changes if c.kind == "keepalived" and c.action == REMOVE]
     if stop:
         _run_daemon(adapters, stop, report, plan.cluster)
         report.replan = True
         return report
     _test_daemon_config(plan, adapters)
+    try:
+        _make_changes(plan, adapters, report)
+    finally:
+        # Even when a later change failed: the next apply finds these VIPs
+        # held and adds (so announces) nothing.
+        _announce(adapters, plan, report)
+    return report
+
+
+def _make_changes(plan, adapters, report):
+    files = adapters.files
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_before,
                        plan.node):
         report.writes += 1
@@ -79,8 +89,6 @@ def execute(plan, adapters):
     # takes effect once restarted; the boot units run lbctl itself and need none.
     _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),
                files)
-    _announce(adapters, plan, report)
-    return report
 
 
 LBCTL_SERVICE_SUFFIX = "-exporter.service"

@@ -313,6 +313,17 @@ def test_a_balancer_announces_each_vip_it_adds_once_ipvs_serves_it_and_a_worker_
     assert not [e for e in worker.adapters.addresses.log if e[0] == "announce"]
 
 
+def test_a_vip_added_before_a_refused_change_is_still_announced():
+    node = Node()
+    pi3 = DestKey(WEB, IPv4Address("192.168.100.6"), 80)
+    node.adapters.ipvs.fail[("add", "dest", pi3)] = errno.EINVAL
+    with pytest.raises(ApplyError):
+        node.apply()
+    # The next apply finds the VIPs held and adds nothing: this was their one chance.
+    assert [e for e in node.adapters.addresses.log if e[0] == "announce"] == [
+        ("announce", "192.168.100.10/32 dev eth0"), ("announce", "192.168.100.11/32 dev eth0")]
+
+
 def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
     node = Node()
 
