@@ -629,3 +629,27 @@ def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must
         == set()
     execute(alone.plan, node.adapters)
     assert vips_the_reload_drops(node.context(HEALTHY.replace("weight: 2", "weight: 3"))) == set()
+
+
+def test_vips_keepalived_keeps_past_its_reload_are_an_error_not_a_silent_success():
+    from lbctl.commands.apply import _wait_until_released
+    from lbctl.state import Address
+
+    vip = Address(IPv4Address("192.168.100.10"), "eth0", 32)
+    addresses = FakeAddresses({(vip.ip, 32, "eth0")})
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+        if now[0] >= 1:  # keepalived lets go after a second
+            addresses.entries.clear()
+    _wait_until_released({vip}, addresses, clock=lambda: now[0], sleep=sleep)
+    assert 1 <= now[0] < 2
+
+    addresses.entries.add((vip.ip, 32, "eth0"))
+    now[0] = 0.0
+    with pytest.raises(ApplyError) as err:
+        _wait_until_released({vip}, addresses, clock=lambda: now[0],
+                             sleep=lambda s: now.__setitem__(0, now[0] + s))
+    assert "192.168.100.10/32 dev eth0" in str(err.value)
+    assert "run apply again" in str(err.value)

@@ -87,14 +87,23 @@ def vips_the_reload_drops(ctx):
     return set(ctx.desired.addresses) & ctx.observed.addresses
 
 
-def _wait_until_released(vips, addresses, patience=5.0, clock=time.monotonic,
+def _wait_until_released(vips, addresses, patience=15.0, clock=time.monotonic,
                          sleep=time.sleep):
-    """Until keepalived has deleted `vips` (Addresses), or `patience` is out."""
+    """Until keepalived has deleted `vips` (Addresses).  Should it still hold
+    them after `patience`, taking them now would plan nothing (they are
+    there) and keepalived would delete them later, leaving the balancer
+    without VIPs: that is an error, which the next apply converges from."""
+    from lbctl.errors import ApplyError
     from lbctl.state import Address
 
     deadline = clock() + patience
-    while vips & {Address(ip, ifname, prefix) for ip, prefix, ifname in addresses.list()} \
-            and clock() < deadline:
+    while held := vips & {Address(ip, ifname, prefix)
+                          for ip, prefix, ifname in addresses.list()}:
+        if clock() >= deadline:
+            raise ApplyError("take over", ", ".join(sorted(str(a) for a in held)),
+                             f"keepalived still held them {patience:g}s after its reload "
+                             "without the pair's VRRP instance; run apply again once it has "
+                             "let go of them")
         sleep(0.2)
 
 
