@@ -31,6 +31,7 @@ BOOT = {
                                     "timeout": "500ms", "retries": 1, "rise": 1}}},
 }
 KEEPALIVED_UNIT = "lbctl-boot-keepalived.service"
+BOOTED = ("lb1", "pi1")
 LBCTL = "/opt/lbctl/bin/lbctl"
 
 
@@ -44,12 +45,14 @@ def booted(tmp_path_factory):
     files = tmp_path_factory.mktemp("boot")
     path = write_cluster(files / "boot.yaml", BOOT)
     lab = Lab(load_cluster(path), path, prefix="sd")
-    lab.build(servers=False)
+    # lb1 and pi1 boot with systemd; pi2, the worker that stays up, is a plain
+    # lab node: a third emulated boot would cost a minute and show nothing new.
+    lab.build(servers=["pi2"])
     nodes = None
     try:
         started = time.monotonic()
-        nodes = BootedNodes(lab, ["lb1", "pi1", "pi2"]).setup()
-        measured("systemd lab: three nodes booted", seconds=f"{time.monotonic() - started:.1f}")
+        nodes = BootedNodes(lab, BOOTED).setup()
+        measured("systemd lab: two nodes booted", seconds=f"{time.monotonic() - started:.1f}")
         nodes.files = files
         # The balancer runs lbctl from /opt/lbctl, as installed by the README; its
         # boot units name that Python.  The workers' units run only ip and sysctl.
@@ -120,6 +123,9 @@ def lbctl(name):
 
 def apply(nodes, name, data, *extra):
     text = write_cluster(nodes.files / "current.yaml", data).read_text()
+    if name not in BOOTED:
+        return nodes.lab.sh(name, nodes.lab.lbctl_argv("apply", "-", *extra, node=name),
+                            check=False, input=text)
     return nodes.run(name, [*lbctl(name), "apply", "-", *extra], input=text)
 
 

@@ -69,15 +69,17 @@ class Lab:
 
     # -- building ------------------------------------------------------------
     def build(self, servers=True):
-        """`servers`: start each worker's web and UDP servers here; a lab whose
-        nodes boot their own (systemd.py) leaves them out."""
+        """`servers`: start each worker's web and UDP servers here (True), or
+        only those of the workers named; nodes that boot their own
+        (systemd.py) are left out."""
         self.teardown(quiet=True)
         run(["ip", "netns", "add", self.lan])
         run(["ip", "-n", self.lan, "link", "add", "br0", "type", "bridge"])
         run(["ip", "-n", self.lan, "link", "set", "br0", "up"])
         for node in self.nodes.values():
             self.wire(node.name)
-            if node.role == "worker" and servers:
+            if node.role == "worker" and (servers is True or
+                                          servers and node.name in servers):
                 self._start_servers(node)
         return self
 
