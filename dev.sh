@@ -93,8 +93,10 @@ case "${1:-}" in
     setup
     .venv/bin/python -m pytest tests -q
     # The slowest tests are named at the end: the suite has a time budget.
+    # A test still running after 15 minutes (the slowest takes about 4) has
+    # every thread's stack printed, so a hang shows where it is.
     exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider \
-      --durations=15 ;;
+      --durations=15 -o faulthandler_timeout=900 ;;
   *)
     sed -n '2,12p' "$0" >&2
     exit 2 ;;
