@@ -120,22 +120,8 @@ def build_initramfs(modules, out):
                            input="\n".join(files).encode(), stdout=fh, check=True)
 
 
-def default_memory_mb():
-    """Half of this machine's memory, from 2 to 4 GiB.  The VM's root is a
-    tmpfs overlay, so every file a long test run writes (node roots, logs,
-    booted containers) stays in its memory; 2 GiB left the full suite's last
-    module starved.  QEMU takes from the host only what the guest touches."""
-    try:
-        with open("/proc/meminfo") as fh:
-            total_kb = int(next(line for line in fh if line.startswith("MemTotal:")).split()[1])
-    except (OSError, StopIteration, ValueError, IndexError):
-        return 2048
-    return max(2048, min(4096, total_kb // 1024 // 2))
-
-
-def run(argv, cwd=None, memory_mb=None, cpus=2):
+def run(argv, cwd=None, memory_mb=2048, cpus=2):
     """Run argv inside the lab VM, its output on ours, and return its exit status."""
-    memory_mb = memory_mb or default_memory_mb()
     if any(ch.isspace() for ch in sys.executable):
         raise LabError(f"the lab VM cannot pass {sys.executable!r} on a kernel command line; "
                        "use a Python whose path has no spaces")
