@@ -21,11 +21,9 @@ def cluster_from(text=PI_SINGLE, path="cluster.yaml"):
     return validate(parse_document(text, path))
 
 
-
 def keepalived_findings(tmp_path, text):
     """What keepalived's own config test says of the keepalived.conf lbctl
     renders for `text`: (conf, findings), through the real adapter."""
-    from lbctl.adapters.keepalived import KeepalivedProcess
     from lbctl.render.keepalived import (
         SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
     )
@@ -42,7 +40,7 @@ def keepalived_findings(tmp_path, text):
         script.write_text(script_text(name))
         script.chmod(0o755)
     conf = conf.replace(f"script_user {SCRIPT_USER}\n", "script_user nobody\n")
-    return conf, KeepalivedProcess(layout).test(conf)
+    return conf, keepalived_test(tmp_path, conf, cluster.name)
 
 
 def keepalived_test(tmp_path, conf, cluster_name="pi-web"):

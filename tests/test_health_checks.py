@@ -15,7 +15,7 @@ from lbctl.config.model import ServiceKey
 from lbctl.errors import ConfigError
 from lbctl.health import Reported, ipvs_drift, wait_for_ipvs
 from lbctl.render.keepalived import (
-    SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
+    KeepalivedLayout, render_keepalived_conf, script_text,
 )
 
 
@@ -137,6 +137,8 @@ def test_keepalived_accepts_the_rendered_checks(tmp_path):
     assert any("fastest" in line for line in
                keepalived_test(tmp_path, conf.replace("lvs_sched wrr", "lvs_sched fastest")))
 
+
+# Drift with inhibit_on_failure
 
 def test_a_down_server_at_weight_0_is_not_drift_but_one_taking_traffic_is():
     cluster = cluster_from(with_health(web="{tcp: {}}"))

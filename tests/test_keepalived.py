@@ -387,9 +387,7 @@ def test_keepalived_knows_the_rendered_flag_and_timeout_keywords(tmp_path):
     assert findings == []
     # The same check sees a keyword keepalived does not know.
     bad = conf.replace("    ops\n", "    one-packet\n")
-    layout = KeepalivedLayout("pi-web", str(tmp_path))
-    assert any("Unknown keyword 'one-packet'" in line
-               for line in KeepalivedProcess(layout).test(bad))
+    assert any("Unknown keyword 'one-packet'" in line for line in keepalived_test(tmp_path, bad))
 
 
 def test_keepalived_reads_every_line_of_the_scripted_checks(tmp_path):
@@ -398,8 +396,7 @@ def test_keepalived_reads_every_line_of_the_scripted_checks(tmp_path):
         "scheduler: rr,", "scheduler: rr, health: {exec: {command: [/bin/true, '53']}},")
     conf, findings = keepalived_findings(tmp_path, text)
     assert conf.count("MISC_CHECK {") == 5 and findings == []
-    layout = KeepalivedLayout("pi-web", str(tmp_path))
-    found = KeepalivedProcess(layout).test(conf.replace("misc_timeout", "misc_timeoutx", 1))
+    found = keepalived_test(tmp_path, conf.replace("misc_timeout", "misc_timeoutx", 1))
     assert len(found) == 1 and "Unknown keyword 'misc_timeoutx'" in found[0]
 
 
