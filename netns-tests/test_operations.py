@@ -201,10 +201,10 @@ def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # Once it counts pi3's downloads, they may end: drain --wait must see that.
     shown = ""
-    while not shown.endswith("\n") or not shown.splitlines()[-1].startswith("draining pi3: "):
-        line = waiting.stderr.readline()
+    while not (line := waiting.stderr.readline()).startswith("draining pi3: "):
         assert line, f"drain --wait ended before it counted: {shown}"
         shown += line
+    shown += line
     lab.hurry(downloads)
     stdout, stderr = waiting.communicate(timeout=360)
     stderr = shown + stderr
