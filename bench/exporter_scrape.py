@@ -96,6 +96,7 @@ def inside(args):
         sh("ipvsadm-restore", input=restore_rules(args.services, args.reals))
         path = cluster_file(args.services, args.reals, tmp)
         root = Path(tmp) / "root"
+        root.mkdir()  # apply writes only below an existing root
         sh(sys.executable, "-m", "lbctl", "apply", str(path), "--node", "lb", "--root", str(root))
         lbctl = start([sys.executable, "-m", "lbctl", "exporter", "--root", str(root),
                        "--listen", f"127.0.0.1:{LBCTL_PORT}", "--drift-every", "3600"])

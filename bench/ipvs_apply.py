@@ -102,6 +102,7 @@ def inside(args):
 
         path = cluster_file(args.services, args.reals, tmp)
         root = Path(tmp) / "root"
+        root.mkdir()  # apply writes only below an existing root
         results["lbctl apply (end to end)"] = timed(lambda: sh(
             sys.executable, "-m", "lbctl", "apply", str(path), "--node", "lb", "--root", str(root)))
         assert count_rules() == expected
