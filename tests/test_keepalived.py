@@ -650,3 +650,30 @@ def test_vips_keepalived_keeps_past_its_reload_are_an_error_not_a_silent_success
                              sleep=lambda s: now.__setitem__(0, now[0] + s))
     assert "192.168.100.10/32 dev eth0" in str(err.value)
     assert "run apply again" in str(err.value)
+
+
+@pytest.mark.parametrize("systemctl_status, expected", [(0, True), (3, False), (1, True)])
+def test_running_asks_systemd_and_reads_the_pid_file_when_systemd_cannot_answer(
+        tmp_path, monkeypatch, systemctl_status, expected):
+    """The exporter's dynamic user cannot reach systemd without a D-Bus system
+    bus (systemctl exits 1); keepalived's pid file still shows it running."""
+    import sys
+
+    import lbctl.adapters.keepalived as adapter
+
+    layout = KeepalivedLayout("pi-web", str(tmp_path))
+    conf = layout.real(layout.conf)
+    pid_file = layout.real(layout.pid_file())
+    os.makedirs(os.path.dirname(pid_file), exist_ok=True)
+    # A process whose command line names the cluster's config, as keepalived's does.
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", conf])
+    try:
+        with open(pid_file, "w") as fh:
+            fh.write(f"{stand_in.pid}\n")
+        monkeypatch.setattr(adapter, "run", lambda argv, **kw: subprocess.CompletedProcess(
+            argv, systemctl_status, "", "Failed to connect to bus" if systemctl_status == 1
+            else ""))
+        assert KeepalivedProcess(layout, use_systemd=True).running() is expected
+    finally:
+        stand_in.kill()
+        stand_in.wait()

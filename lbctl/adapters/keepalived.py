@@ -30,6 +30,10 @@ def systemd_running():
     return os.path.isdir("/run/systemd/system")
 
 
+# `systemctl is-active` exit statuses: active, inactive or failed, no such unit.
+SYSTEMCTL_ACTIVE, SYSTEMCTL_INACTIVE, SYSTEMCTL_NO_UNIT = 0, 3, 4
+
+
 class KeepalivedProcess:
     def __init__(self, layout, use_systemd=None, binary=KEEPALIVED, takeover=False, nft=NFT):
         """`takeover`: this balancer is one of a pair and has the takeover grace
@@ -45,7 +49,12 @@ class KeepalivedProcess:
     # -- queries ---------------------------------------------------------------
     def running(self):
         if self.use_systemd:
-            return run([SYSTEMCTL, "is-active", "--quiet", self.layout.unit]).returncode == 0
+            status = run([SYSTEMCTL, "is-active", "--quiet", self.layout.unit]).returncode
+            if status in (SYSTEMCTL_ACTIVE, SYSTEMCTL_INACTIVE, SYSTEMCTL_NO_UNIT):
+                return status == SYSTEMCTL_ACTIVE
+            # systemctl could not ask systemd: a reader that is not root, such as
+            # the exporter's dynamic user, on a host without a D-Bus system bus.
+            # keepalived's pid file and command line say as much.
         return self._pid() is not None
 
     def _pid(self):
