@@ -151,6 +151,15 @@ def build_parser():
                    help="work drift out at most this often, and after each apply (default 60)")
     p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
 
+    p = sub.add_parser("doctor", parents=[common],
+                       help="find what breaks direct routing, here and on the LAN, and say "
+                       "how to fix each (exit 1 when something is found)")
+    p.add_argument("file", nargs="?", help="the cluster file (default: the one last applied "
+                   "on this balancer)")
+    p.add_argument("--node", help="this node's name (default: found from this host's addresses)")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+
     p = sub.add_parser("lab", parents=[common],
                        help="the cluster in network namespaces, on this machine")
     lab = p.add_subparsers(dest="lab_command", required=True, metavar="LAB_COMMAND",
@@ -164,7 +173,7 @@ def build_parser():
 
 COMMANDS = {"validate": "validate", "plan": "plan", "apply": "apply", "status": "status",
             "drain": "drain", "undrain": "drain", "rollout": "rollout",
-            "exporter": "exporter", "lab": "lab"}
+            "exporter": "exporter", "doctor": "doctor", "lab": "lab"}
 
 
 def _check_arguments(parser, args):

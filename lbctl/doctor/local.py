@@ -1,0 +1,180 @@
+"""Checks of this node against the file, from the facts read here.
+
+Each check returns findings for this node only; what only the wire shows
+(who answers ARP, whether a worker takes a direct-routed SYN) is in wire.py.
+"""
+
+from lbctl.config.model import SCHEDULERS
+from lbctl.doctor.report import Finding
+
+# arp_ignore values under which a worker never answers ARP for the VIP on lo:
+# 1 (target address on the incoming interface), 2 (and the sender in its
+# subnet), 8 (never).  3 still answers for a global address on lo.
+SAFE_ARP_IGNORE = (1, 2, 8)
+ARP_ANNOUNCE = 2  # always pick the interface's own address as ARP source
+
+
+def sysctl_name(ifname, key):
+    # sysctl(8) spells a dot inside an interface name (eth0.100) as '/'.
+    return f"net.ipv4.conf.{ifname.replace('.', '/')}.{key}"
+
+
+def served_services(cluster, worker):
+    return [svc for svc in sorted(cluster.services.values(), key=lambda s: s.name)
+            if any(rs.worker == worker for rs in svc.real_servers)]
+
+
+def worker_findings(cluster, name, ifname, facts, file_hint):
+    services = served_services(cluster, name)
+    return (_vips_on_lo(name, services, facts, file_hint)
+            + _arp_settings(name, ifname, facts, file_hint)
+            + _rp_filter(name, ifname, facts)
+            + _listeners(name, services, facts))
+
+
+def _vips_on_lo(name, services, facts, file_hint):
+    found = []
+    on_lo = {ip for ip, prefix in facts.addresses_on("lo") if prefix == 32}
+    for vip in sorted({svc.vip for svc in services}):
+        if vip in on_lo:
+            continue
+        elsewhere = sorted(n for ip, _p, n in facts.addresses if ip == vip)
+        names = ", ".join(s.name for s in services if s.vip == vip)
+        found.append(Finding(
+            name, "vip-not-on-lo",
+            f"does not hold VIP {vip} ({names}) on lo, so it drops the requests the "
+            "balancer forwards to it",
+            f"lo holds {', '.join(sorted(map(str, on_lo))) or 'no /32 address'}"
+            + (f"; {vip} is on {', '.join(elsewhere)}" if elsewhere else ""),
+            f"sudo ip address add {vip}/32 dev lo; `sudo lbctl apply {file_hint}` on {name} "
+            "also restores its boot unit"))
+    return found
+
+
+def _arp_settings(name, ifname, facts, file_hint):
+    found = []
+    ignore = facts.effective(ifname, "arp_ignore")
+    announce = facts.effective(ifname, "arp_announce")
+    raw = (f"all={facts.conf.get(('all', 'arp_ignore'))} "
+           f"{ifname}={facts.conf.get((ifname, 'arp_ignore'))}")
+    if ignore is not None and ignore not in SAFE_ARP_IGNORE:
+        found.append(Finding(
+            name, "arp-flux",
+            f"answers ARP for the VIPs it holds on lo (arp_ignore {ignore} on {ifname}), so "
+            "clients can reach it directly, bypassing the balancer",
+            f"arp_ignore {raw}; the kernel acts on the larger",
+            f"sudo sysctl -w {sysctl_name('all', 'arp_ignore')}=1 "
+            f"{sysctl_name(ifname, 'arp_ignore')}=1, or `sudo lbctl apply {file_hint}` "
+            f"on {name}"))
+    if announce is not None and announce != ARP_ANNOUNCE:
+        found.append(Finding(
+            name, "arp-announce",
+            f"may send ARP requests from a VIP it holds on lo (arp_announce {announce} on "
+            f"{ifname}), teaching the LAN its MAC for the VIP",
+            f"arp_announce all={facts.conf.get(('all', 'arp_announce'))} "
+            f"{ifname}={facts.conf.get((ifname, 'arp_announce'))}; the kernel acts on the larger",
+            f"sudo sysctl -w {sysctl_name('all', 'arp_announce')}=2 "
+            f"{sysctl_name(ifname, 'arp_announce')}=2, or `sudo lbctl apply {file_hint}` "
+            f"on {name}"))
+    return found
+
+
+def _rp_filter(name, ifname, facts):
+    """Strict reverse-path filtering drops a request arriving on the LAN
+    interface when the route back to its client leaves by another one (a
+    second NIC or Wi-Fi with the default route): the reply would, so the
+    kernel takes the request for spoofed."""
+    strict = facts.effective(ifname, "rp_filter") == 1
+    if not strict or facts.default_dev in (None, ifname):
+        return []
+    return [Finding(
+        name, "rp-filter",
+        f"drops requests from clients beyond the LAN: strict rp_filter on {ifname}, and the "
+        f"route back to them leaves by {facts.default_dev}",
+        f"rp_filter all={facts.conf.get(('all', 'rp_filter'))} "
+        f"{ifname}={facts.conf.get((ifname, 'rp_filter'))}; default route via "
+        f"{facts.default_dev}",
+        f"sudo sysctl -w {sysctl_name('all', 'rp_filter')}=2 "
+        f"{sysctl_name(ifname, 'rp_filter')}=2 (loose), and the same in /etc/sysctl.d")]
+
+
+def _listeners(name, services, facts):
+    found = []
+    for svc in services:
+        taking = {(svc.protocol, "*", svc.port), (svc.protocol, str(svc.vip), svc.port)}
+        if taking & facts.listeners:
+            continue
+        others = sorted(f"{addr}:{port}" for proto, addr, port in facts.listeners
+                        if proto == svc.protocol and port == svc.port)
+        found.append(Finding(
+            name, "not-listening-on-vip",
+            f"no {svc.protocol.upper()} server takes {svc.vip}:{svc.port} ({svc.name}): "
+            "direct-routed requests keep the VIP as their destination",
+            f"{svc.protocol} sockets on port {svc.port}: " + (", ".join(others) or "none"),
+            f"make the server listen on every address (nginx `listen {svc.port};`, Apache "
+            f"`Listen {svc.port}`) or on {svc.vip}:{svc.port}, and restart it"))
+    return found
+
+
+def balancer_findings(cluster, name, ifname, facts):
+    return (_ipvs_modules(cluster, name, facts)
+            + _balancer_vips(cluster, name, ifname, facts)
+            + _workers_on_lan(cluster, name, ifname, facts)
+            + _rp_filter(name, ifname, facts))
+
+
+def _ipvs_modules(cluster, name, facts):
+    """IPVS and each service's scheduler must be in the kernel or loadable."""
+    have = facts.modules_loaded | facts.modules_available
+    if not facts.ipvs_loaded and "ip_vs" not in have:
+        return [Finding(name, "no-ipvs", "this kernel has no IPVS (ip_vs)",
+                        "/proc/net/ip_vs is missing and no ip_vs module is installed",
+                        "install a kernel with IPVS (Raspberry Pi OS and Debian kernels have it "
+                        "as a module) and reboot into it")]
+    found = []
+    for scheduler in sorted({s.scheduler for s in cluster.services.values()}):
+        module = f"ip_vs_{scheduler}"
+        if module in have:
+            continue
+        users = ", ".join(sorted(s.name for s in cluster.services.values()
+                                 if s.scheduler == scheduler))
+        usable = sorted(m.removeprefix("ip_vs_") for m in have
+                        if m.startswith("ip_vs_") and m[6:] in SCHEDULERS)
+        found.append(Finding(
+            name, "scheduler-missing",
+            f"cannot schedule with {scheduler} ({users}): the kernel has no {module}",
+            f"{module} is neither loaded nor among the kernel's modules",
+            f"pick another `scheduler:` for {users} in the file (this kernel has: "
+            f"{', '.join(usable) or 'none'}), or install the module"))
+    return found
+
+
+
+def _balancer_vips(cluster, name, ifname, facts):
+    """A single balancer holds every VIP on its LAN interface.  Of a pair, only
+    the master does; which one that is shows on the wire (wire.py)."""
+    if len(cluster.balancers) != 1:
+        return []
+    held = {ip for ip, _p in facts.addresses_on(ifname)}
+    return [Finding(name, "vip-not-on-balancer",
+                    f"does not hold VIP {vip} on {ifname}, so no request for it arrives",
+                    f"{ifname} holds {', '.join(sorted(map(str, held))) or 'no address'}",
+                    f"sudo lbctl apply FILE on {name}")
+            for vip in cluster.vips if vip not in held]
+
+
+def _workers_on_lan(cluster, name, ifname, facts):
+    """Direct routing rewrites only the MAC: every worker must be on a network
+    of the balancer's LAN interface."""
+    from ipaddress import IPv4Network
+
+    networks = [IPv4Network(f"{ip}/{p}", strict=False) for ip, p in facts.addresses_on(ifname)
+                if p < 32]
+    return [Finding(worker, "worker-off-lan",
+                    f"is not on a network of {name}'s {ifname}, so direct routing cannot "
+                    "reach it",
+                    f"{w.address} is outside {', '.join(map(str, networks)) or 'every network'}",
+                    f"put {worker} on the balancer's LAN (same switch or VLAN), with an "
+                    f"address in {networks[0] if networks else 'its network'}")
+            for worker, w in sorted(cluster.workers.items())
+            if not any(w.address in net for net in networks)]

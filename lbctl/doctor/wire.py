@@ -1,0 +1,149 @@
+"""What the LAN shows: who answers ARP for each node and VIP, and whether each
+worker takes a SYN for the VIP sent to its MAC, as the balancer sends it.
+
+The probes need root (raw frames) and scapy, imported only here: it costs a
+Pi seconds.  The analysis is a pure function of what was heard.
+"""
+
+import random
+from dataclasses import dataclass, field
+
+from lbctl.doctor.report import Finding
+
+REPLY_WAIT = 2.0  # seconds to collect answers; an emulated or busy LAN is slow
+SYN_ACK, RESET, SILENT = "syn-ack", "reset", "silent"
+
+
+@dataclass
+class Heard:
+    node_macs: dict  # {node: MAC, or None when its address got no ARP answer}
+    vip_macs: dict  # {VIP: sorted MACs that answered ARP for it}
+    syn: dict = field(default_factory=dict)  # {(service, worker): SYN_ACK | RESET | SILENT}
+
+
+def listen(cluster, here, ifname, own_ip, own_mac, holds):
+    """Ask the LAN from `ifname`.  `here`: this host's node name (or None);
+    `holds`: the VIPs this host holds on ifname, which it cannot hear itself
+    answer."""
+    import logging
+
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import ARP, Ether
+    from scapy.sendrecv import sendp, srp
+
+    def who_has(targets):
+        asks = [Ether(dst="ff:ff:ff:ff:ff:ff", src=own_mac) /
+                ARP(op=1, hwsrc=own_mac, psrc=str(own_ip), pdst=str(t)) for t in targets]
+        answered, _ = srp(asks, iface=ifname, timeout=REPLY_WAIT, multi=True, verbose=0)
+        macs = {}
+        for _sent, reply in answered:
+            macs.setdefault(reply[ARP].psrc, set()).add(reply[ARP].hwsrc.lower())
+        return macs
+
+    addresses = {name: n.address for name, n in {**cluster.balancers, **cluster.workers}.items()
+                 if name != here}
+    by_address = who_has(sorted(set(addresses.values()), key=int))
+    node_macs = {name: min(by_address.get(str(a), {None}) - {None}, default=None)
+                 for name, a in addresses.items()}
+    if here is not None:
+        node_macs[here] = own_mac.lower()
+    vips = who_has(cluster.vips)
+    vip_macs = {vip: sorted(vips.get(str(vip), set()) | ({own_mac.lower()} if vip in holds
+                                                           else set()))
+                for vip in cluster.vips}
+
+    probes = {}
+    for svc in sorted(cluster.services.values(), key=lambda s: s.name):
+        if svc.protocol != "tcp":
+            continue
+        for rs in svc.real_servers:
+            mac = node_macs.get(rs.worker)
+            if rs.worker == here or mac is None:
+                continue
+            sport = random.randint(33000, 60999)
+            probes[(svc.name, rs.worker)] = Ether(dst=mac, src=own_mac) / IP(
+                src=str(own_ip), dst=str(svc.vip)) / TCP(sport=sport, dport=svc.port, flags="S",
+                                                         seq=random.getrandbits(32))
+    syn = {key: SILENT for key in probes}
+    if probes:
+        answered, _ = srp(list(probes.values()), iface=ifname, timeout=REPLY_WAIT, verbose=0)
+        for sent, reply in answered:
+            key = next(k for k, p in probes.items() if p is sent)
+            flags = reply[TCP].flags
+            syn[key] = RESET if flags & 0x04 else SYN_ACK if flags & 0x12 == 0x12 else SILENT
+            if syn[key] == SYN_ACK:  # leave the worker no half-open connection
+                sendp(Ether(dst=sent.dst, src=own_mac) / IP(src=sent[IP].src, dst=sent[IP].dst) /
+                      TCP(sport=sent[TCP].sport, dport=sent[TCP].dport, flags="R",
+                          seq=reply[TCP].ack), iface=ifname, verbose=0)
+    return Heard(node_macs, vip_macs, syn)
+
+
+def wire_findings(cluster, heard, here, ifname, file_hint):
+    """Findings from what the LAN answered, seen from `here` (a node name or a host)."""
+    where = f"{here or 'this host'}'s {ifname}"
+    owner = {mac: name for name, mac in heard.node_macs.items() if mac}
+    found = []
+    for name, mac in sorted(heard.node_macs.items()):
+        if mac is None:
+            node = cluster.balancers.get(name) or cluster.workers[name]
+            found.append(Finding(
+                name, "no-arp-answer",
+                f"does not answer ARP from {where}: it is down, or not on this L2 segment "
+                "(another switch, bridge or VLAN), and direct routing reaches only that",
+                f"who-has {node.address} on {ifname}: no answer in {REPLY_WAIT:g} s",
+                f"connect {name} to the balancers' switch and VLAN, and check it is up"))
+    for vip, macs in sorted(heard.vip_macs.items()):
+        who = ", ".join(f"{owner.get(m, 'unknown host')} ({m})" for m in macs) or "nobody"
+        evidence = f"who-has {vip} on {ifname} answered by {who}"
+        services = ", ".join(s.name for s in cluster.services.values() if s.vip == vip)
+        for mac in macs:
+            name = owner.get(mac)
+            if name in cluster.workers:
+                found.append(Finding(
+                    name, "arp-flux",
+                    f"answers ARP for VIP {vip} ({services}), so clients that ask it send "
+                    "their requests straight to it, bypassing the balancer",
+                    evidence,
+                    f"on {name}: sudo sysctl -w net.ipv4.conf.all.arp_ignore=1 "
+                    f"net.ipv4.conf.all.arp_announce=2, or `sudo lbctl apply {file_hint}` there"))
+            elif name is None:
+                found.append(Finding(
+                    f"unknown host {mac}", "vip-conflict",
+                    f"answers ARP for VIP {vip} ({services}): another host uses the VIP",
+                    evidence, f"take {vip} off that host, or give the services another VIP"))
+        balancers = [owner[m] for m in macs if owner.get(m) in cluster.balancers]
+        if len(balancers) > 1:
+            found.append(Finding(
+                ", ".join(balancers), "vip-held-twice",
+                f"both balancers hold VIP {vip}: the LAN sends its requests to either",
+                evidence, "stop keepalived on the balancer that should not hold it, then "
+                f"`sudo lbctl apply {file_hint}` on both"))
+        if not macs:
+            found.append(Finding(
+                ", ".join(sorted(cluster.balancers)), "vip-unanswered",
+                f"nobody answers ARP for VIP {vip} ({services}): no balancer holds it",
+                evidence, f"`sudo lbctl apply {file_hint}` on the balancers; `lbctl status` "
+                "there shows keepalived's state"))
+    for (service, worker), result in sorted(heard.syn.items()):
+        svc = cluster.services[service]
+        if result == SYN_ACK:
+            continue
+        sent = f"a SYN to {svc.vip}:{svc.port} sent to {worker}'s MAC from {where}"
+        if result == RESET:
+            found.append(Finding(
+                worker, "not-listening-on-vip",
+                f"refuses {svc.vip}:{svc.port} ({service}): its server does not listen on "
+                "the VIP",
+                f"{sent} was answered with a reset",
+                f"make the server on {worker} listen on every address or on "
+                f"{svc.vip}:{svc.port}; `lbctl doctor` there names the socket"))
+        else:
+            found.append(Finding(
+                worker, "direct-route-dropped",
+                f"does not answer {svc.vip}:{svc.port} ({service}) sent to it by MAC, as the "
+                "balancer forwards requests",
+                f"{sent} got no answer in {REPLY_WAIT:g} s",
+                f"run `sudo lbctl doctor {file_hint}` on {worker}: the VIP must be on its lo, "
+                "and no firewall or rp_filter may drop the request"))
+    return found

@@ -1,0 +1,230 @@
+"""lbctl doctor's checks: each direct-routing fault found, named and mended,
+and a healthy node left with nothing to report."""
+
+import json
+from ipaddress import IPv4Address
+
+import pytest
+
+from helpers import PI_SINGLE, cluster_from
+from lbctl.doctor.facts import Facts, read_listeners
+from lbctl.doctor.local import balancer_findings, worker_findings
+from lbctl.doctor.report import NotRun, format_json, format_text
+from lbctl.doctor.wire import RESET, SILENT, SYN_ACK, Heard, wire_findings
+
+WEB_VIP, DNS_VIP = IPv4Address("192.168.100.10"), IPv4Address("192.168.100.11")
+PI1 = IPv4Address("192.168.100.3")
+MACS = {"lb1": "02:00:00:00:00:02", "pi1": "02:00:00:00:00:03", "pi2": "02:00:00:00:00:04",
+        "pi3": "02:00:00:00:00:06"}
+
+
+def healthy_worker(**changes):
+    """pi1 as lbctl leaves it: the VIPs on lo, ARP settings, servers on every address."""
+    facts = Facts(
+        addresses=[(IPv4Address("127.0.0.1"), 8, "lo"), (WEB_VIP, 32, "lo"), (DNS_VIP, 32, "lo"),
+                   (PI1, 24, "eth0")],
+        links={"lo": {"mtu": 65536, "mac": "", "up": True},
+               "eth0": {"mtu": 1500, "mac": MACS["pi1"], "up": True}},
+        conf={("all", "arp_ignore"): 1, ("eth0", "arp_ignore"): 1,
+              ("all", "arp_announce"): 2, ("eth0", "arp_announce"): 2,
+              ("all", "rp_filter"): 0, ("eth0", "rp_filter"): 0},
+        listeners={("tcp", "*", 80), ("udp", "*", 53), ("tcp", "127.0.0.1", 631)},
+        default_dev="eth0")
+    for key, value in changes.items():
+        setattr(facts, key, value)
+    return facts
+
+
+def checks(facts, node="pi1"):
+    return {(f.node, f.check) for f in worker_findings(cluster_from(), node, "eth0", facts,
+                                                        "cluster.yaml")}
+
+
+def test_a_healthy_worker_has_nothing_to_report():
+    assert checks(healthy_worker()) == set()
+
+
+def test_arp_flux_is_the_larger_of_all_and_the_interface():
+    facts = healthy_worker()
+    facts.conf[("eth0", "arp_ignore")] = 0  # all=1 still rules: no flux
+    assert checks(facts) == set()
+    facts.conf[("all", "arp_ignore")] = 0
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert (found.node, found.check) == ("pi1", "arp-flux")
+    assert "net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.eth0.arp_ignore=1" in found.fix
+    facts.conf[("all", "arp_ignore")] = 3  # 3 still answers for a global address on lo
+    assert checks(facts) == {("pi1", "arp-flux")}
+
+
+def test_arp_announce_below_two_is_named():
+    facts = healthy_worker()
+    facts.conf[("all", "arp_announce")] = facts.conf[("eth0", "arp_announce")] = 1
+    assert checks(facts) == {("pi1", "arp-announce")}
+
+
+def test_a_vip_missing_from_lo_is_named_with_the_command_that_puts_it_back():
+    facts = healthy_worker(addresses=[(IPv4Address("127.0.0.1"), 8, "lo"), (DNS_VIP, 32, "lo"),
+                                      (PI1, 24, "eth0"), (WEB_VIP, 24, "eth0")])
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert found.check == "vip-not-on-lo" and "web" in found.problem
+    assert "192.168.100.10 is on eth0" in found.evidence
+    assert found.fix.startswith("sudo ip address add 192.168.100.10/32 dev lo")
+
+
+def test_a_vip_only_other_workers_serve_is_not_asked_of_this_one():
+    # dns is served by pi1 and pi2 only.
+    facts = healthy_worker(addresses=[(WEB_VIP, 32, "lo"), (IPv4Address("192.168.100.6"), 24,
+                                                            "eth0")],
+                           listeners={("tcp", "*", 80)})
+    assert checks(facts, node="pi3") == set()
+
+
+def test_a_server_bound_to_its_own_address_only_is_named():
+    facts = healthy_worker(listeners={("tcp", str(PI1), 80), ("udp", "*", 53)})
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert (found.check, found.node) == ("not-listening-on-vip", "pi1")
+    assert "192.168.100.3:80" in found.evidence and "192.168.100.10:80" in found.problem
+    facts.listeners.add(("tcp", str(WEB_VIP), 80))  # bound to the VIP itself: fine
+    assert checks(facts) == set()
+
+
+def test_strict_rp_filter_matters_only_when_clients_route_elsewhere():
+    facts = healthy_worker()
+    facts.conf[("all", "rp_filter")] = 1
+    assert checks(facts) == set()  # the default route leaves by eth0: replies go back there
+    facts.default_dev = "wlan0"
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert found.check == "rp-filter" and "wlan0" in found.problem
+    assert "net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.eth0.rp_filter=2" in found.fix
+    facts.conf[("all", "rp_filter")] = 2
+    assert checks(facts) == set()
+
+
+def balancer(**changes):
+    facts = Facts(
+        addresses=[(IPv4Address("192.168.100.2"), 24, "eth0"), (WEB_VIP, 32, "eth0"),
+                   (DNS_VIP, 32, "eth0")],
+        links={"eth0": {"mtu": 1500, "mac": MACS["lb1"], "up": True}},
+        conf={("all", "rp_filter"): 0, ("eth0", "rp_filter"): 0},
+        listeners=set(), ipvs_loaded=True, modules_loaded={"ip_vs", "ip_vs_wrr", "ip_vs_rr"},
+        modules_available={"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_wlc", "ip_vs_mh"},
+        default_dev="eth0")
+    for key, value in changes.items():
+        setattr(facts, key, value)
+    return facts
+
+
+def balancer_checks(facts, text=PI_SINGLE):
+    return [(f.node, f.check, f.problem) for f in
+            balancer_findings(cluster_from(text), "lb1", "eth0", facts)]
+
+
+def test_a_healthy_balancer_has_nothing_to_report():
+    assert balancer_checks(balancer()) == []
+
+
+def test_a_scheduler_this_kernel_lacks_is_named_with_those_it_has():
+    text = PI_SINGLE.replace("scheduler: wrr", "scheduler: twos")
+    found = balancer_findings(cluster_from(text), "lb1", "eth0", balancer())
+    assert [(f.check, f.node) for f in found] == [("scheduler-missing", "lb1")]
+    assert "ip_vs_twos" in found[0].problem and "mh, rr, wlc, wrr" in found[0].fix
+
+
+def test_a_kernel_without_ipvs_is_said_once():
+    facts = balancer(ipvs_loaded=False, modules_loaded=set(), modules_available=set())
+    assert [c for _n, c, _p in balancer_checks(facts)] == ["no-ipvs"]
+
+
+def test_a_single_balancer_without_its_vip_and_a_worker_off_its_lan():
+    facts = balancer(addresses=[(IPv4Address("192.168.100.2"), 25, "eth0"),
+                                (WEB_VIP, 32, "eth0")])
+    found = balancer_checks(facts)
+    assert ("lb1", "vip-not-on-balancer") in [(n, c) for n, c, _p in found]
+    assert "192.168.100.11" in next(p for _n, c, p in found if c == "vip-not-on-balancer")
+    # 192.168.100.0/25 holds every worker but none above .127.
+    assert [n for n, c, _p in found if c == "worker-off-lan"] == []
+    facts.addresses[0] = (IPv4Address("192.168.100.2"), 30, "eth0")  # .0 to .3: pi1 only
+    assert sorted(n for n, c, _p in balancer_checks(facts) if c == "worker-off-lan") == \
+        ["pi2", "pi3"]
+
+
+def heard(**changes):
+    h = Heard(node_macs=dict(MACS), vip_macs={WEB_VIP: [MACS["lb1"]], DNS_VIP: [MACS["lb1"]]},
+              syn={("web", w): SYN_ACK for w in ("pi1", "pi2", "pi3")})
+    for key, value in changes.items():
+        getattr(h, key).update(value)
+    return h
+
+
+def wire(h, here="lb1"):
+    return [(f.node, f.check) for f in wire_findings(cluster_from(), h, here, "eth0",
+                                                     "cluster.yaml")]
+
+
+def test_a_quiet_lan_has_nothing_to_report():
+    assert wire(heard()) == []
+
+
+def test_a_worker_that_answers_arp_for_the_vip_is_named_by_its_mac():
+    h = heard(vip_macs={WEB_VIP: sorted([MACS["lb1"], MACS["pi2"]])})
+    (found,) = wire_findings(cluster_from(), h, "lb1", "eth0", "cluster.yaml")
+    assert (found.node, found.check) == ("pi2", "arp-flux")
+    assert f"pi2 ({MACS['pi2']})" in found.evidence and f"lb1 ({MACS['lb1']})" in found.evidence
+
+
+def test_two_balancers_or_a_stranger_answering_for_a_vip():
+    pair = PI_SINGLE.replace("  lb1: {address: 192.168.100.2, interface: eth0}\n",
+                             "  lb1: {address: 192.168.100.2, interface: eth0}\n"
+                             "  lb2: {address: 192.168.100.5, interface: eth0}\n")
+    h = heard(node_macs={"lb2": "02:00:00:00:00:05"},
+              vip_macs={WEB_VIP: [MACS["lb1"], "02:00:00:00:00:05", "02:aa:00:00:00:01"]})
+    found = [(f.node, f.check) for f in wire_findings(cluster_from(pair), h, "lb1", "eth0", "f")]
+    assert found == [("unknown host 02:aa:00:00:00:01", "vip-conflict"),
+                     ("lb1, lb2", "vip-held-twice")]
+
+
+def test_a_vip_nobody_answers_for_and_a_worker_off_the_segment():
+    h = heard(vip_macs={DNS_VIP: []}, node_macs={"pi3": None})
+    h.syn.pop(("web", "pi3"))  # no MAC, no probe
+    assert wire(h) == [("pi3", "no-arp-answer"), ("lb1", "vip-unanswered")]
+
+
+def test_a_reset_means_no_listener_and_silence_a_dropped_request():
+    h = heard(syn={("web", "pi1"): RESET, ("web", "pi2"): SILENT})
+    assert wire(h) == [("pi1", "not-listening-on-vip"), ("pi2", "direct-route-dropped")]
+
+
+def test_listeners_are_read_as_the_kernel_writes_them(tmp_path):
+    header = "  sl  local_address rem_address   st\n"
+    (tmp_path / "tcp").write_text(header +
+                                  "   0: 0364A8C0:0050 00000000:0000 0A\n"    # 192.168.100.3:80
+                                  "   1: 0100007F:0277 00000000:0000 0A\n"    # 127.0.0.1:631
+                                  "   2: 0364A8C0:0016 1464A8C0:D431 01\n")   # an ssh session
+    (tmp_path / "tcp6").write_text(header +
+                                   "   0: 00000000000000000000000000000000:1F90 "
+                                   "00000000000000000000000000000000:0000 0A\n"
+                                   "   1: 0000000000000000FFFF00000A64A8C0:01BB "
+                                   "00000000000000000000000000000000:0000 0A\n")
+    (tmp_path / "udp").write_text(header + "   0: 00000000:0035 00000000:0000 07\n")
+    assert read_listeners(tmp_path) == {
+        ("tcp", "192.168.100.3", 80), ("tcp", "127.0.0.1", 631), ("tcp", "*", 8080),
+        ("tcp", "192.168.100.10", 443), ("udp", "*", 53)}
+
+
+def test_the_report_says_what_it_could_not_check_and_why():
+    text = format_text("pi-web", "worker pi1", [], [NotRun("wire", "needs root")])
+    assert text.splitlines()[-2:] == ["not run: wire: needs root", "no problems found"]
+    found = wire_findings(cluster_from(), heard(syn={("web", "pi1"): RESET}), "lb1", "eth0", "f")
+    data = json.loads(format_json("pi-web", "balancer lb1", found, []))
+    assert [f["check"] for f in data["findings"]] == ["not-listening-on-vip"]
+    assert set(data["findings"][0]) == {"node", "check", "problem", "evidence", "fix"}
+
+
+@pytest.mark.parametrize("raw_frames", [False, True])
+def test_without_root_the_wire_checks_are_not_run_and_say_why(raw_frames):
+    from lbctl.commands.doctor import _why_no_wire
+
+    why = _why_no_wire(healthy_worker(raw_frames=raw_frames))
+    assert (why is not None) == (not raw_frames)
+    if why:
+        assert "root (CAP_NET_RAW)" in why
