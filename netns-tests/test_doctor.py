@@ -7,7 +7,10 @@ import json
 import re
 import subprocess
 
+import pytest
+
 from clusters import BASE, WEB_VIP, edited
+from lbctl.lab.shell import run
 
 DNS_VIP = BASE["services"]["dns"]["vip"]
 
@@ -50,6 +53,21 @@ def bind_web_server(lab, worker, address):
                  timeout=30, what=f"{worker}'s web server on {address}")
 
 
+@pytest.fixture(autouse=True)
+def faults_undone(lab):
+    """Whatever a failed test left of its faults goes: the lab serves the modules after."""
+    yield
+    lab.sh("pi3", ["ip", "link", "set", "dev", "eth0", "mtu", "1500"])
+    run(["ip", "-n", lab.lan, "link", "set", f"p{list(lab.nodes).index('pi2')}", "master", "br0"])
+    run(["ip", "-n", lab.lan, "link", "del", "br1"], check=False)
+    lab.sh("pi1", ["ip", "link", "del", "up0"], check=False)
+    lab.sh("pi1", ["sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=0"])
+    if "0.0.0.0:80" not in lab.sh("pi3", ["ss", "-Hltn", "sport = :80"]).stdout:
+        lab.web_server("pi3").terminate()
+        lab.web_server("pi3").wait()
+        lab.ensure_web_server("pi3")
+
+
 def test_doctor_finds_each_fault_by_name_and_its_fix_clears_it(lab, base):
     # A working cluster: nothing to report, from the balancer or from a worker.
     assert doctor(lab, "lb1", base) == (0, {"cluster": "lab", "run_on": "balancer lb1",
@@ -83,6 +101,49 @@ def test_doctor_finds_each_fault_by_name_and_its_fix_clears_it(lab, base):
     lab.web_server("pi3").terminate()  # the fix: listen on every address again
     lab.web_server("pi3").wait()
     lab.ensure_web_server("pi3")
+
+    # 3. Strict rp_filter on pi1, whose route back to the client leaves by a
+    # second link (up0, straight to the client): pi1 drops the client's requests.
+    client = lab.nodes["client"]
+    run(["ip", "link", "add", "up0", "netns", lab.nodes["pi1"].netns, "type", "veth", "peer",
+         "name", "up0", "netns", client.netns])
+    try:
+        for node, address in (("client", "10.99.0.1/30"), ("pi1", "10.99.0.2/30")):
+            lab.sh(node, ["ip", "address", "add", address, "dev", "up0"])
+            lab.sh(node, ["ip", "link", "set", "up0", "up"])
+        for scope in ("all", "up0"):  # the client takes replies from the VIP on up0
+            lab.sh("client", ["sysctl", "-q", "-w", f"net.ipv4.conf.{scope}.rp_filter=0"])
+        lab.sh("pi1", ["ip", "route", "add", f"{client.address}/32", "via", "10.99.0.1"])
+        lab.sh("pi1", ["sysctl", "-q", "-w", "net.ipv4.conf.all.rp_filter=1"])
+        assert "failed" in [lab.curl(f"http://{WEB_VIP}/", timeout=2).stdout.strip() or "failed"
+                            for _ in range(4)]  # pi1 has one turn in four
+        status, report = doctor(lab, "pi1", base)
+        assert (status, found(report)) == (1, [("pi1", "rp-filter")])
+        lab.sh("pi1", fix_command(only(report, "pi1", "rp-filter"), r"sudo (sysctl -w .*) \(loose"))
+        # Loose filtering takes the requests; the replies go back by up0.
+        assert lab.ask_web(4).count("failed") == 0
+    finally:
+        lab.sh("pi1", ["ip", "link", "del", "up0"], check=False)
+
+    # 5. pi2 moved to another bridge: the balancer's frames no longer reach it.
+    port = f"p{list(lab.nodes).index('pi2')}"
+    run(["ip", "-n", lab.lan, "link", "add", "br1", "type", "bridge"])
+    try:
+        run(["ip", "-n", lab.lan, "link", "set", "br1", "up"])
+        run(["ip", "-n", lab.lan, "link", "set", port, "master", "br1"])
+        status, report = doctor(lab, "lb1", base)
+        assert (status, found(report)) == (1, [("pi2", "no-arp-answer")])
+        run(["ip", "-n", lab.lan, "link", "set", port, "master", "br0"])  # the fix: back on the LAN
+    finally:
+        run(["ip", "-n", lab.lan, "link", "del", "br1"], check=False)
+
+    # 6. pi3's MTU below the balancer's: full-size frames to it are lost.
+    lab.sh("pi3", ["ip", "link", "set", "dev", "eth0", "mtu", "1400"])
+    status, report = doctor(lab, "lb1", base)
+    assert (status, found(report)) == (1, [("pi3", "mtu-mismatch")])
+    # From the balancer doctor cannot know pi3's interface name: the fix names IFACE.
+    assert "sudo ip link set dev IFACE mtu 1500" in only(report, "pi3", "mtu-mismatch")["fix"]
+    lab.sh("pi3", ["ip", "link", "set", "dev", "eth0", "mtu", "1500"])
 
     # 7. A scheduler this kernel has no module for (twos came in Linux 6.7).
     twos = lab.write("twos", edited(services=lambda s: {

@@ -29,7 +29,7 @@ def healthy_worker(**changes):
               ("all", "arp_announce"): 2, ("eth0", "arp_announce"): 2,
               ("all", "rp_filter"): 0, ("eth0", "rp_filter"): 0},
         listeners={("tcp", "*", 80), ("udp", "*", 53), ("tcp", "127.0.0.1", 631)},
-        default_dev="eth0")
+        routes=[("default", "eth0"), ("192.168.100.0/24", "eth0")])
     for key, value in changes.items():
         setattr(facts, key, value)
     return facts
@@ -92,12 +92,17 @@ def test_strict_rp_filter_matters_only_when_clients_route_elsewhere():
     facts = healthy_worker()
     facts.conf[("all", "rp_filter")] = 1
     assert checks(facts) == set()  # the default route leaves by eth0: replies go back there
-    facts.default_dev = "wlan0"
+    facts.routes = [("default", "wlan0"), ("192.168.100.0/24", "eth0")]
     (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
-    assert found.check == "rp-filter" and "wlan0" in found.problem
+    assert found.check == "rp-filter" and "default via wlan0" in found.problem
     assert "net.ipv4.conf.all.rp_filter=2 net.ipv4.conf.eth0.rp_filter=2" in found.fix
     facts.conf[("all", "rp_filter")] = 2
     assert checks(facts) == set()
+    # A route to some clients by a second NIC counts as much as the default route.
+    facts.conf[("all", "rp_filter")] = 1
+    facts.routes = [("default", "eth0"), ("10.99.0.0/30", "up0"), ("192.168.100.254", "up0")]
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert "192.168.100.254 via up0" in found.problem
 
 
 def balancer(**changes):
@@ -108,7 +113,7 @@ def balancer(**changes):
         conf={("all", "rp_filter"): 0, ("eth0", "rp_filter"): 0},
         listeners=set(), ipvs_loaded=True, modules_loaded={"ip_vs", "ip_vs_wrr", "ip_vs_rr"},
         modules_available={"ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_wlc", "ip_vs_mh"},
-        default_dev="eth0")
+        routes=[("default", "eth0"), ("192.168.100.0/24", "eth0")])
     for key, value in changes.items():
         setattr(facts, key, value)
     return facts
@@ -192,6 +197,13 @@ def test_a_vip_nobody_answers_for_and_a_worker_off_the_segment():
 def test_a_reset_means_no_listener_and_silence_a_dropped_request():
     h = heard(syn={("web", "pi1"): RESET, ("web", "pi2"): SILENT})
     assert wire(h) == [("pi1", "not-listening-on-vip"), ("pi2", "direct-route-dropped")]
+
+
+def test_a_node_that_answers_only_small_pings_has_a_smaller_mtu():
+    h = heard(pings={"pi1": (True, True), "pi2": (True, False), "pi3": (False, False)})
+    assert wire(h) == [("pi2", "mtu-mismatch")]  # pi3 answers no ping at all: ICMP is filtered
+    (found,) = wire_findings(cluster_from(), h, "lb1", "eth0", "f")
+    assert "1500-byte ping" in found.evidence and "mtu 1500" in found.fix
 
 
 def test_listeners_are_read_as_the_kernel_writes_them(tmp_path):

@@ -39,7 +39,8 @@ def run(args, out):
         own_ip = next((ip for ip, _p, n in addresses if n == ifname
                        and ip in cluster.network), None)
         holds = {ip for ip, _p in facts.addresses_on(ifname)}
-        heard = listen(cluster, here, ifname, own_ip, facts.links[ifname]["mac"], holds)
+        link = facts.links[ifname]
+        heard = listen(cluster, here, ifname, own_ip, link["mac"], holds, link["mtu"])
         findings += wire_findings(cluster, heard, here, ifname, file_hint)
     findings = _unique(findings)
     text = (format_json if args.json else format_text)(cluster.name, where, findings, not_run)

@@ -28,7 +28,7 @@ class Facts:
     modules_loaded: set = field(default_factory=set)  # names under /sys/module
     modules_available: set = field(default_factory=set)  # in the kernel's modules.dep/builtin
     raw_frames: bool = False  # this process may send raw frames (root, CAP_NET_RAW)
-    default_dev: str | None = None  # the interface of the default route
+    routes: list = field(default_factory=list)  # [(destination, ifname)]: "default" or a CIDR
 
     def effective(self, ifname, key):
         """What the kernel acts on: the larger of `all` and the interface's own
@@ -56,8 +56,8 @@ def gather(interfaces, proc="/proc", sys="/sys"):
         listeners=read_listeners(os.path.join(proc, "net")),
         ipvs_loaded=os.path.exists(os.path.join(proc, "net/ip_vs")),
         raw_frames=raw_frames_allowed(),
-        default_dev=next((r.get("dev") for r in json.loads(
-            _ip("-4", "-json", "route", "show", "default") or "[]")), None),
+        routes=[(r.get("dst", "default"), r["dev"]) for r in json.loads(
+            _ip("-4", "-json", "route", "show", "table", "main") or "[]") if "dev" in r],
     )
     module_dir = os.path.join(sys, "module")
     facts.modules_loaded = set(os.listdir(module_dir)) if os.path.isdir(module_dir) else set()

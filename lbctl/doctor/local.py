@@ -82,18 +82,20 @@ def _arp_settings(name, ifname, facts, file_hint):
 def _rp_filter(name, ifname, facts):
     """Strict reverse-path filtering drops a request arriving on the LAN
     interface when the route back to its client leaves by another one (a
-    second NIC or Wi-Fi with the default route): the reply would, so the
-    kernel takes the request for spoofed."""
-    strict = facts.effective(ifname, "rp_filter") == 1
-    if not strict or facts.default_dev in (None, ifname):
+    second NIC, Wi-Fi with the default route, a route to some clients): the
+    reply would, so the kernel takes the request for spoofed."""
+    if facts.effective(ifname, "rp_filter") != 1:
         return []
+    elsewhere = [(dst, dev) for dst, dev in facts.routes if dev not in (ifname, "lo")]
+    if not elsewhere:
+        return []
+    clients = ", ".join(f"{dst} via {dev}" for dst, dev in elsewhere)
     return [Finding(
         name, "rp-filter",
-        f"drops requests from clients beyond the LAN: strict rp_filter on {ifname}, and the "
-        f"route back to them leaves by {facts.default_dev}",
+        f"drops requests from clients it routes by another interface than {ifname} "
+        f"({clients}): rp_filter on {ifname} is strict",
         f"rp_filter all={facts.conf.get(('all', 'rp_filter'))} "
-        f"{ifname}={facts.conf.get((ifname, 'rp_filter'))}; default route via "
-        f"{facts.default_dev}",
+        f"{ifname}={facts.conf.get((ifname, 'rp_filter'))}; the kernel acts on the larger",
         f"sudo sysctl -w {sysctl_name('all', 'rp_filter')}=2 "
         f"{sysctl_name(ifname, 'rp_filter')}=2 (loose), and the same in /etc/sysctl.d")]
 

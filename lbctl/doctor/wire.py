@@ -19,16 +19,19 @@ class Heard:
     node_macs: dict  # {node: MAC, or None when its address got no ARP answer}
     vip_macs: dict  # {VIP: sorted MACs that answered ARP for it}
     syn: dict = field(default_factory=dict)  # {(service, worker): SYN_ACK | RESET | SILENT}
+    # {node: (a small ping answered, a ping the size of this host's MTU answered)}
+    pings: dict = field(default_factory=dict)
+    mtu: int = 1500  # this host's LAN interface's
 
 
-def listen(cluster, here, ifname, own_ip, own_mac, holds):
+def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
     """Ask the LAN from `ifname`.  `here`: this host's node name (or None);
     `holds`: the VIPs this host holds on ifname, which it cannot hear itself
-    answer."""
+    answer; `mtu`: ifname's MTU."""
     import logging
 
     logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-    from scapy.layers.inet import IP, TCP
+    from scapy.layers.inet import ICMP, IP, TCP
     from scapy.layers.l2 import ARP, Ether
     from scapy.sendrecv import sendp, srp
 
@@ -76,7 +79,29 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds):
                 sendp(Ether(dst=sent.dst, src=own_mac) / IP(src=sent[IP].src, dst=sent[IP].dst) /
                       TCP(sport=sent[TCP].sport, dport=sent[TCP].dport, flags="R",
                           seq=reply[TCP].ack), iface=ifname, verbose=0)
-    return Heard(node_macs, vip_macs, syn)
+    return Heard(node_macs, vip_macs, syn, _pings(cluster, node_macs, here, ifname, own_ip,
+                                                  own_mac, mtu, (Ether, IP, ICMP, srp)), mtu)
+
+
+def _pings(cluster, node_macs, here, ifname, own_ip, own_mac, mtu, scapy):
+    """A small ping and one as large as this host's MTU, not to be fragmented,
+    to every node that answered ARP: a node that answers only the small one
+    has a smaller MTU, and drops the full-size frames a balancer forwards."""
+    Ether, IP, ICMP, srp = scapy
+    ident = random.getrandbits(16)
+    asks = {}
+    for name, mac in node_macs.items():
+        if name == here or mac is None:
+            continue
+        node = cluster.balancers.get(name) or cluster.workers[name]
+        for seq, size in ((1, 64), (2, mtu)):
+            asks[(name, seq)] = Ether(dst=mac, src=own_mac) / IP(
+                src=str(own_ip), dst=str(node.address), flags="DF") / ICMP(
+                id=ident, seq=seq) / (b"\0" * (size - 28))
+    answered, _ = srp(list(asks.values()), iface=ifname, timeout=REPLY_WAIT, verbose=0) \
+        if asks else ([], [])
+    got = {key for key, ask in asks.items() for sent, _reply in answered if sent is ask}
+    return {name: ((name, 1) in got, (name, 2) in got) for name, _seq in asks}
 
 
 def wire_findings(cluster, heard, here, ifname, file_hint):
@@ -125,6 +150,17 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
                 f"nobody answers ARP for VIP {vip} ({services}): no balancer holds it",
                 evidence, f"`sudo lbctl apply {file_hint}` on the balancers; `lbctl status` "
                 "there shows keepalived's state"))
+    for name, (small, full) in sorted(heard.pings.items()):
+        if small and not full:
+            found.append(Finding(
+                name, "mtu-mismatch",
+                f"drops full-size frames from {where}: its MTU is below {heard.mtu}, so "
+                "large requests forwarded to it are lost",
+                f"a {heard.mtu}-byte ping that may not be fragmented got no answer, a 64-byte "
+                "one did",
+                f"give {name}'s LAN interface MTU {heard.mtu}, as {where} has "
+                f"(sudo ip link set dev IFACE mtu {heard.mtu}, and the same in its network "
+                "configuration)"))
     for (service, worker), result in sorted(heard.syn.items()):
         svc = cluster.services[service]
         if result == SYN_ACK:
