@@ -658,6 +658,7 @@ def test_running_asks_systemd_and_reads_the_pid_file_when_systemd_cannot_answer(
     """The exporter's dynamic user cannot reach systemd without a D-Bus system
     bus (systemctl exits 1); keepalived's pid file still shows it running."""
     import sys
+    import time
 
     import lbctl.adapters.keepalived as adapter
 
@@ -668,6 +669,10 @@ def test_running_asks_systemd_and_reads_the_pid_file_when_systemd_cannot_answer(
     # A process whose command line names the cluster's config, as keepalived's does.
     stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", conf])
     try:
+        deadline = time.monotonic() + 10
+        while conf.encode() not in open(f"/proc/{stand_in.pid}/cmdline", "rb").read():
+            assert time.monotonic() < deadline, "the stand-in never showed its command line"
+            time.sleep(0.05)
         with open(pid_file, "w") as fh:
             fh.write(f"{stand_in.pid}\n")
         monkeypatch.setattr(adapter, "run", lambda argv, **kw: subprocess.CompletedProcess(
