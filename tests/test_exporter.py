@@ -136,3 +136,34 @@ def test_drift_is_kept_a_while_but_made_again_at_once_after_an_apply(tmp_path):
     now[0] += 1
     assert drift_metric() == ['lbctl_drift_changes{cluster="pi-web"} 1.0']
     assert asked == [1000.0, 1010.0, 1040.0]
+
+
+def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves(tmp_path):
+    """docs/grafana-lbctl.json: valid JSON, and every lbctl metric and label its
+    queries name is one a scrape gives, so no panel stays empty for a typo."""
+    import json
+    import re
+    from pathlib import Path
+
+    dashboard = json.loads((Path(__file__).resolve().parent.parent / "docs" /
+                            "grafana-lbctl.json").read_text())
+    state_dir(tmp_path, **{"health.web_at_pi1": "up 100.5\n", "vrrp": "MASTER 300\n",
+                           "vrrp.transitions": "3\n"})
+    table = IpvsSnapshot([IpvsService(WEB, str(WEB), "wrr", 0, (
+        IpvsDest(IPv4Address("192.168.100.3"), 80, 1, 3),))], [], {})
+    served = {}
+    for name, labels in scrape(tmp_path, table):
+        served.setdefault(name, set()).update(k for k, _v in labels)
+    queries = [dashboard["templating"]["list"][0]["query"]] + [
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
+    assert len(queries) >= 6 and all(p.get("datasource", {}).get("type") == "prometheus"
+                                     for p in dashboard["panels"])
+    asked = 0
+    for query in queries:
+        for name, selector in re.findall(r"\b(lbctl_[a-z_]+)(?:\{([^}]*)\})?", query):
+            asked += 1
+            assert name in served, f"{name} in {query!r} is not served"
+            labels = set(re.findall(r"(\w+)\s*=", selector or ""))
+            assert labels <= served[name], f"{query!r}: {labels - served[name]} not on {name}"
+        assert "node_ipvs_" in query or "lbctl_" in query
+    assert asked >= 7
