@@ -158,6 +158,8 @@ def build_parser():
                    "on this balancer)")
     p.add_argument("--node", help="this node's name (default: found from this host's addresses)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--no-wire", action="store_true",
+                   help="only this node's own checks: send no ARP, SYN or ping probes")
     p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
 
     p = sub.add_parser("lab", parents=[common],

@@ -7,7 +7,7 @@ from ipaddress import IPv4Address
 import pytest
 
 from helpers import PI_SINGLE, cluster_from
-from lbctl.doctor.facts import Facts, read_listeners
+from lbctl.doctor.facts import Facts, parse_ss
 from lbctl.doctor.local import balancer_findings, worker_findings
 from lbctl.doctor.report import NotRun, format_json, format_text
 from lbctl.doctor.wire import RESET, SILENT, SYN_ACK, Heard, wire_findings
@@ -62,13 +62,31 @@ def test_arp_announce_below_two_is_named():
     assert checks(facts) == {("pi1", "arp-announce")}
 
 
-def test_a_vip_missing_from_lo_is_named_with_the_command_that_puts_it_back():
-    facts = healthy_worker(addresses=[(IPv4Address("127.0.0.1"), 8, "lo"), (DNS_VIP, 32, "lo"),
-                                      (PI1, 24, "eth0"), (WEB_VIP, 24, "eth0")])
+def test_each_vip_missing_from_lo_is_named_with_the_command_that_puts_it_back():
+    facts = healthy_worker(addresses=[(IPv4Address("127.0.0.1"), 8, "lo"), (PI1, 24, "eth0")])
+    found = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert [f.check for f in found] == ["vip-not-on-lo", "vip-not-on-lo"]
+    assert found[0].fix.startswith("sudo ip address add 192.168.100.10/32 dev lo;")
+    assert found[1].fix.startswith("sudo ip address add 192.168.100.11/32 dev lo;")
+
+
+def test_a_vip_on_the_lan_interface_is_taken_off_it_and_one_on_a_dummy_is_fine():
+    facts = healthy_worker(addresses=[(DNS_VIP, 32, "dummy0"), (PI1, 24, "eth0"),
+                                      (WEB_VIP, 24, "eth0")])
     (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
-    assert found.check == "vip-not-on-lo" and "web" in found.problem
-    assert "192.168.100.10 is on eth0" in found.evidence
-    assert found.fix.startswith("sudo ip address add 192.168.100.10/32 dev lo")
+    assert found.check == "vip-on-lan-interface" and "web" in found.problem
+    assert found.fix.startswith("sudo ip address del 192.168.100.10/24 dev eth0;")
+
+
+def test_wifi_on_the_same_lan_is_checked_for_arp_flux_too():
+    facts = healthy_worker()
+    facts.addresses.append((IPv4Address("192.168.100.33"), 24, "wlan0"))
+    facts.conf |= {("wlan0", "arp_ignore"): 0, ("wlan0", "arp_announce"): 2}
+    assert checks(facts) == set()  # all=1 covers wlan0
+    facts.conf[("all", "arp_ignore")] = 0
+    found = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert [(f.check, "wlan0" in f.problem) for f in found] == [("arp-flux", True)]
+    assert "net.ipv4.conf.wlan0.arp_ignore=1" in found[0].fix
 
 
 def test_a_vip_only_other_workers_serve_is_not_asked_of_this_one():
@@ -121,7 +139,7 @@ def balancer(**changes):
 
 def balancer_checks(facts, text=PI_SINGLE):
     return [(f.node, f.check, f.problem) for f in
-            balancer_findings(cluster_from(text), "lb1", "eth0", facts)]
+            balancer_findings(cluster_from(text), "lb1", "eth0", facts, "cluster.yaml")]
 
 
 def test_a_healthy_balancer_has_nothing_to_report():
@@ -130,7 +148,7 @@ def test_a_healthy_balancer_has_nothing_to_report():
 
 def test_a_scheduler_this_kernel_lacks_is_named_with_those_it_has():
     text = PI_SINGLE.replace("scheduler: wrr", "scheduler: twos")
-    found = balancer_findings(cluster_from(text), "lb1", "eth0", balancer())
+    found = balancer_findings(cluster_from(text), "lb1", "eth0", balancer(), "cluster.yaml")
     assert [(f.check, f.node) for f in found] == [("scheduler-missing", "lb1")]
     assert "ip_vs_twos" in found[0].problem and "mh, rr, wlc, wrr" in found[0].fix
 
@@ -194,9 +212,20 @@ def test_a_vip_nobody_answers_for_and_a_worker_off_the_segment():
     assert wire(h) == [("pi3", "no-arp-answer"), ("lb1", "vip-unanswered")]
 
 
-def test_a_reset_means_no_listener_and_silence_a_dropped_request():
-    h = heard(syn={("web", "pi1"): RESET, ("web", "pi2"): SILENT})
-    assert wire(h) == [("pi1", "not-listening-on-vip"), ("pi2", "direct-route-dropped")]
+def test_a_reset_means_no_listener_silence_a_dropped_request_and_icmp_a_refusal():
+    h = heard(syn={("web", "pi1"): RESET, ("web", "pi2"): SILENT,
+                   ("web", "pi3"): "ICMP 3/13 from 192.168.100.6"})
+    assert wire(h) == [("pi1", "not-listening-on-vip"), ("pi2", "direct-route-dropped"),
+                       ("pi3", "direct-route-refused")]
+    refused = wire_findings(cluster_from(), h, "lb1", "eth0", "f")[-1]
+    assert "ICMP 3/13 from 192.168.100.6" in refused.evidence
+
+
+def test_a_balancer_answering_from_its_second_mac_is_still_itself():
+    wifi = "02:00:00:00:01:02"
+    h = heard(vip_macs={WEB_VIP: sorted([MACS["lb1"], wifi])})
+    h.owners = {wifi: "lb1"}
+    assert wire(h) == []
 
 
 def test_a_node_that_answers_only_small_pings_has_a_smaller_mtu():
@@ -206,21 +235,22 @@ def test_a_node_that_answers_only_small_pings_has_a_smaller_mtu():
     assert "1500-byte ping" in found.evidence and "mtu 1500" in found.fix
 
 
-def test_listeners_are_read_as_the_kernel_writes_them(tmp_path):
-    header = "  sl  local_address rem_address   st\n"
-    (tmp_path / "tcp").write_text(header +
-                                  "   0: 0364A8C0:0050 00000000:0000 0A\n"    # 192.168.100.3:80
-                                  "   1: 0100007F:0277 00000000:0000 0A\n"    # 127.0.0.1:631
-                                  "   2: 0364A8C0:0016 1464A8C0:D431 01\n")   # an ssh session
-    (tmp_path / "tcp6").write_text(header +
-                                   "   0: 00000000000000000000000000000000:1F90 "
-                                   "00000000000000000000000000000000:0000 0A\n"
-                                   "   1: 0000000000000000FFFF00000A64A8C0:01BB "
-                                   "00000000000000000000000000000000:0000 0A\n")
-    (tmp_path / "udp").write_text(header + "   0: 00000000:0035 00000000:0000 07\n")
-    assert read_listeners(tmp_path) == {
-        ("tcp", "192.168.100.3", 80), ("tcp", "127.0.0.1", 631), ("tcp", "*", 8080),
-        ("tcp", "192.168.100.10", 443), ("udp", "*", 53)}
+def test_listeners_are_read_as_ss_shows_them():
+    tcp = ("LISTEN 0 511 192.168.100.3:80 0.0.0.0:* ino:1 sk:1 <->\n"
+           "LISTEN 0 128 127.0.0.1:631 0.0.0.0:* ino:2 sk:2 <->\n"
+           "LISTEN 0 511 [::]:80 [::]:* ino:3 sk:3 v6only:1 <->\n"   # nginx's listen [::]:80
+           "LISTEN 0 511 *:8080 *:* ino:4 sk:4 v6only:0 <->\n"
+           "LISTEN 0 511 [::ffff:192.168.100.10]:443 [::]:* ino:5 sk:5 v6only:0 <->\n")
+    assert parse_ss(tcp, "tcp") == {("tcp", "192.168.100.3", 80), ("tcp", "127.0.0.1", 631),
+                                    ("tcp", "*", 8080), ("tcp", "192.168.100.10", 443)}
+    udp = "UNCONN 0 0 0.0.0.0%eth0:53 0.0.0.0:* ino:6 sk:6 <->\n"
+    assert parse_ss(udp, "udp") == {("udp", "*", 53)}
+
+
+def test_a_worker_listening_on_ipv6_only_does_not_take_the_vip():
+    facts = healthy_worker(listeners=parse_ss("LISTEN 0 511 [::]:80 [::]:* v6only:1\n", "tcp")
+                           | {("udp", "*", 53)})
+    assert checks(facts) == {("pi1", "not-listening-on-vip")}
 
 
 def test_the_report_says_what_it_could_not_check_and_why():
@@ -236,7 +266,18 @@ def test_the_report_says_what_it_could_not_check_and_why():
 def test_without_root_the_wire_checks_are_not_run_and_say_why(raw_frames):
     from lbctl.commands.doctor import _why_no_wire
 
-    why = _why_no_wire(healthy_worker(raw_frames=raw_frames))
+    why = _why_no_wire(healthy_worker(raw_frames=raw_frames), {"mac": MACS["pi1"]})
     assert (why is not None) == (not raw_frames)
     if why:
         assert "root (CAP_NET_RAW)" in why
+
+
+def test_as_a_client_replies_must_come_from_a_worker_not_the_balancer():
+    assert wire(heard(client={"web": (None, MACS["pi2"])}), here=None) == []
+    assert wire(heard(client={"web": (None, MACS["lb1"])}), here=None) == [
+        ("lb1", "replies-through-balancer")]
+    assert wire(heard(client={"web": (None, "02:99:00:00:00:01")}), here=None) == []  # a router
+    found = wire_findings(cluster_from(), heard(client={"web": ("Connection refused", None)}),
+                          None, "eth0", "cluster.yaml")
+    assert [(f.node, f.check) for f in found] == [("lb1", "vip-not-serving")]
+    assert "Connection refused" in found[0].problem and "this host's eth0" in found[0].evidence

@@ -17,6 +17,7 @@ KEEPALIVED = "/usr/sbin/keepalived"
 USERADD = "/usr/sbin/useradd"
 SYSTEMCTL = "/usr/bin/systemctl"
 JOURNALCTL = "/usr/bin/journalctl"
+SS = "/usr/bin/ss"
 
 QUICK = 30  # ip, nft, modprobe, useradd, a config test: seconds even on a slow Pi
 # systemd waits up to 90 s (DefaultTimeoutStartSec) for a unit to start or stop.

@@ -5,41 +5,41 @@ from lbctl.errors import NodeError
 
 def run(args, out):
     from lbctl.adapters.addrs import AddressIp
-    from lbctl.desired import find_node, role_of
+    from lbctl.desired import role_of
     from lbctl.doctor import facts as host, local
     from lbctl.doctor.report import NotRun, format_json, format_text
     from lbctl.observe import node_interface
 
     cluster, file_hint = _cluster(args)
     addresses = AddressIp().list()
-    try:
-        here = find_node(cluster, {ip for ip, _p, _n in addresses}, args.node)
-    except NodeError:
-        if args.node is not None:
-            raise
-        here = None  # a host on the LAN that is not a node: the wire checks only
+    here = _this_node(cluster, addresses, args.node)
     ifname = node_interface(cluster, here, addresses) if here else _lan_interface(cluster,
                                                                                    addresses)
-    facts = host.gather([ifname])
+    facts = host.gather()
+    link = facts.links.get(ifname)
+    if link is None:
+        raise NodeError(f"doctor: interface {ifname} does not exist on this host")
     findings, not_run = [], []
     if here is None:
         where = f"a host that is no node of the file ({ifname})"
     elif role_of(cluster, here) == "balancer":
         where = f"balancer {here}"
-        findings += local.balancer_findings(cluster, here, ifname, facts)
+        findings += local.balancer_findings(cluster, here, ifname, facts, file_hint)
     else:
         where = f"worker {here}"
         findings += local.worker_findings(cluster, here, ifname, facts, file_hint)
-    why_not = _why_no_wire(facts)
+    why_not = "--no-wire: only this node's own checks" if args.no_wire else \
+        _why_no_wire(facts, link)
     if why_not:
         not_run.append(NotRun("wire", why_not))
     else:
         from lbctl.doctor.wire import listen, wire_findings
 
-        own_ip = next((ip for ip, _p, n in addresses if n == ifname
-                       and ip in cluster.network), None)
+        # The probes speak from the node's own address, never a VIP it may hold.
+        own_ip = _node_address(cluster, here) if here else next(
+            ip for ip, _p, n in addresses if n == ifname and ip in cluster.network
+            and ip not in cluster.vips)
         holds = {ip for ip, _p in facts.addresses_on(ifname)}
-        link = facts.links[ifname]
         heard = listen(cluster, here, ifname, own_ip, link["mac"], holds, link["mtu"])
         findings += wire_findings(cluster, heard, here, ifname, file_hint)
     findings = _unique(findings)
@@ -52,7 +52,8 @@ def _cluster(args):
     from lbctl.config import load_cluster
 
     if args.file is not None:
-        return load_cluster(args.file), args.file
+        # Read from standard input (as --all sends it), the file has no name here.
+        return load_cluster(args.file), "FILE" if args.file == "-" else args.file
     from lbctl.saved import applied_cluster
 
     try:
@@ -63,15 +64,31 @@ def _cluster(args):
     return cluster, path
 
 
+def _this_node(cluster, addresses, requested):
+    """This host's node name, or None for a host on the LAN that is no node."""
+    from lbctl.desired import find_node
+
+    local = {ip for ip, _p, _n in addresses}
+    if requested is None and not local & set(cluster.node_names_by_address()):
+        return None
+    return find_node(cluster, local, requested)
+
+
+def _node_address(cluster, name):
+    return (cluster.balancers.get(name) or cluster.workers[name]).address
+
+
 def _lan_interface(cluster, addresses):
     for ip, _prefix, ifname in addresses:
-        if ip in cluster.network and ifname != "lo":
+        if ip in cluster.network and ifname != "lo" and ip not in cluster.vips:
             return ifname
     raise NodeError(f"doctor: this host has no address in the cluster's network "
                     f"{cluster.network}, so it is not on the LAN to probe from")
 
 
-def _why_no_wire(facts):
+def _why_no_wire(facts, link):
+    if not link["mac"] or link["mac"] == "00:00:00:00:00:00":
+        return "the LAN interface has no MAC address (a tunnel?): ARP cannot be asked there"
     if not facts.raw_frames:
         return ("the ARP and direct-routed SYN probes send raw frames, which needs root "
                 "(CAP_NET_RAW): run `sudo lbctl doctor`")
@@ -83,10 +100,5 @@ def _why_no_wire(facts):
 
 
 def _unique(findings):
-    """One finding per node and check: the wire and the local view may both see it."""
-    seen, kept = set(), []
-    for f in findings:
-        if (f.node, f.check) not in seen:
-            seen.add((f.node, f.check))
-            kept.append(f)
-    return kept
+    """Each finding once: the wire and the local view may both see the same."""
+    return list(dict.fromkeys(findings))

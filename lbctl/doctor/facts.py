@@ -10,12 +10,10 @@ import socket
 from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
-from lbctl.adapters.programs import IP, run
+from lbctl.adapters.programs import IP, SS, run
 
 # The per-interface settings that decide whether direct routing works.
 CONF_KEYS = ("arp_ignore", "arp_announce", "rp_filter")
-# /proc/net/tcp's state column: 0A is LISTEN.
-TCP_LISTEN = "0A"
 
 
 @dataclass
@@ -40,10 +38,19 @@ class Facts:
     def addresses_on(self, ifname):
         return {(ip, prefix) for ip, prefix, name in self.addresses if name == ifname}
 
+    def lan_interfaces(self, cluster, ifname):
+        """The node's LAN interface and any other with an address of its own
+        (not a VIP) in the cluster's network, such as Wi-Fi next to Ethernet:
+        ARP is answered on each."""
+        return sorted({ifname} | {name for ip, _p, name in self.addresses
+                                  if name != "lo" and ip in cluster.network
+                                  and ip not in cluster.vips})
 
-def gather(interfaces, proc="/proc", sys="/sys"):
-    """The facts of this host, with the conf keys of `interfaces` (and `all`)."""
+
+def gather(proc="/proc", sys="/sys"):
+    """The facts of this host: every interface's, and `all`'s, conf keys."""
     links = json.loads(_ip("-json", "link", "show") or "[]")
+    interfaces = [link["ifname"] for link in links]
     addrs = json.loads(_ip("-4", "-json", "address", "show") or "[]")
     facts = Facts(
         addresses=[(IPv4Address(a["local"]), a["prefixlen"], link["ifname"])
@@ -53,7 +60,7 @@ def gather(interfaces, proc="/proc", sys="/sys"):
                                 "up": "UP" in link.get("flags", [])} for link in links},
         conf={(scope, key): _read_int(os.path.join(proc, "sys/net/ipv4/conf", scope, key))
               for scope in ("all", *interfaces) for key in CONF_KEYS},
-        listeners=read_listeners(os.path.join(proc, "net")),
+        listeners=read_listeners(),
         ipvs_loaded=os.path.exists(os.path.join(proc, "net/ip_vs")),
         raw_frames=raw_frames_allowed(),
         routes=[(r.get("dst", "default"), r["dev"]) for r in json.loads(
@@ -69,7 +76,7 @@ def raw_frames_allowed():
     """Whether the wire checks can run: an AF_PACKET socket needs CAP_NET_RAW."""
     try:
         socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0).close()
-    except PermissionError:
+    except OSError:  # EPERM without the capability; EAFNOSUPPORT in some containers
         return False
     return True
 
@@ -102,41 +109,39 @@ def kernel_modules(release_dir):
     return names
 
 
-def read_listeners(net_dir):
+def read_listeners():
     """{(protocol, address, port)} of the sockets that take connections (TCP in
-    LISTEN) or datagrams (bound UDP).  A wildcard address is "*"; an IPv6
-    wildcard counts as one, since it takes IPv4 too unless the socket is
-    v6-only, which /proc does not show."""
+    LISTEN) or datagrams (bound UDP), from ss(8), which alone shows whether an
+    IPv6 wildcard also takes IPv4 (nginx's `listen [::]:80` does not)."""
     found = set()
-    for table, protocol, v6 in (("tcp", "tcp", False), ("tcp6", "tcp", True),
-                                ("udp", "udp", False), ("udp6", "udp", True)):
-        try:
-            with open(os.path.join(net_dir, table)) as fh:
-                next(fh, None)  # the header
-                for line in fh:
-                    fields = line.split()
-                    if len(fields) < 4 or (protocol == "tcp" and fields[3] != TCP_LISTEN):
-                        continue
-                    address, port = _local_address(fields[1], v6)
-                    if address is not None:
-                        found.add((protocol, address, port))
-        except OSError:
-            continue
+    for protocol, flag in (("tcp", "-Hltne"), ("udp", "-Hlune")):
+        done = run([SS, flag])
+        if done.returncode == 0:
+            found |= parse_ss(done.stdout, protocol)
     return found
 
 
-def _local_address(text, v6):
-    """/proc/net's "0100007F:0050" as ("127.0.0.1", 80); None for an IPv6 address
-    that is neither the wildcard nor an IPv4-mapped one."""
-    hexaddr, _, hexport = text.partition(":")
-    port = int(hexport, 16)
-    if v6:
-        if set(hexaddr) == {"0"}:
-            return "*", port
-        # ::ffff:a.b.c.d is stored as four little-endian words; the last is the address.
-        if hexaddr[:16] == "0" * 16 and hexaddr[16:24] == "FFFF0000":
-            hexaddr = hexaddr[24:]
-        else:
-            return None, port
-    address = IPv4Address(int.from_bytes(bytes.fromhex(hexaddr), "little"))
-    return ("*" if int(address) == 0 else str(address)), port
+def parse_ss(text, protocol):
+    """`ss -Hl[tu]ne` lines as {(protocol, address or "*", port)}.  "*:80" and
+    "0.0.0.0:80" take every IPv4 address; "[::]:80" is IPv6 only (v6only:1);
+    an address bound to a device ("0.0.0.0%eth0:53") counts as the address."""
+    found = set()
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) < 4:
+            continue
+        local = fields[3]
+        address, _, port = local.rpartition(":")
+        if not port.isdigit():
+            continue
+        address = address.partition("%")[0]
+        if address.startswith("[") and address.endswith("]"):
+            inner = address[1:-1]
+            if inner.startswith("::ffff:"):
+                address = inner.removeprefix("::ffff:")
+            else:
+                continue  # an IPv6 address, or the IPv6-only wildcard
+        if address in ("*", "0.0.0.0"):
+            address = "*"
+        found.add((protocol, address, int(port)))
+    return found

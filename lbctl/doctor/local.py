@@ -26,28 +26,38 @@ def served_services(cluster, worker):
 
 def worker_findings(cluster, name, ifname, facts, file_hint):
     services = served_services(cluster, name)
-    return (_vips_on_lo(name, services, facts, file_hint)
-            + _arp_settings(name, ifname, facts, file_hint)
+    lan = facts.lan_interfaces(cluster, ifname)
+    return (_vips_off_the_lan(name, services, lan, facts, file_hint)
+            + [f for each in lan for f in _arp_settings(name, each, facts, file_hint)]
             + _rp_filter(name, ifname, facts)
             + _listeners(name, services, facts))
 
 
-def _vips_on_lo(name, services, facts, file_hint):
+def _vips_off_the_lan(name, services, lan, facts, file_hint):
+    """Each VIP the worker serves must be local (on lo, or a dummy interface)
+    but on no LAN interface, where ARP would be answered for it."""
     found = []
-    on_lo = {ip for ip, prefix in facts.addresses_on("lo") if prefix == 32}
+    on_lo = sorted(str(ip) for ip, prefix in facts.addresses_on("lo") if prefix == 32)
     for vip in sorted({svc.vip for svc in services}):
-        if vip in on_lo:
-            continue
-        elsewhere = sorted(n for ip, _p, n in facts.addresses if ip == vip)
         names = ", ".join(s.name for s in services if s.vip == vip)
-        found.append(Finding(
-            name, "vip-not-on-lo",
-            f"does not hold VIP {vip} ({names}) on lo, so it drops the requests the "
-            "balancer forwards to it",
-            f"lo holds {', '.join(sorted(map(str, on_lo))) or 'no /32 address'}"
-            + (f"; {vip} is on {', '.join(elsewhere)}" if elsewhere else ""),
-            f"sudo ip address add {vip}/32 dev lo; `sudo lbctl apply {file_hint}` on {name} "
-            "also restores its boot unit"))
+        held = [(n, p) for ip, p, n in facts.addresses if ip == vip]
+        on_lan = [(n, p) for n, p in held if n in lan]
+        if on_lan:
+            dels = "; ".join(f"sudo ip address del {vip}/{p} dev {n}" for n, p in on_lan)
+            found.append(Finding(
+                name, "vip-on-lan-interface",
+                f"holds VIP {vip} ({names}) on its LAN interface {on_lan[0][0]}, so it answers "
+                "ARP for it and takes the VIP's traffic from the balancer",
+                f"{vip}/{on_lan[0][1]} is on {on_lan[0][0]}",
+                f"{dels}; then `sudo lbctl apply {file_hint}` on {name} puts it on lo"))
+        elif not held:
+            found.append(Finding(
+                name, "vip-not-on-lo",
+                f"does not hold VIP {vip} ({names}) on lo, so it drops the requests the "
+                "balancer forwards to it",
+                f"lo holds {', '.join(on_lo) or 'no /32 address'}",
+                f"sudo ip address add {vip}/32 dev lo; `sudo lbctl apply {file_hint}` on "
+                f"{name} also restores its boot unit"))
     return found
 
 
@@ -60,21 +70,21 @@ def _arp_settings(name, ifname, facts, file_hint):
     if ignore is not None and ignore not in SAFE_ARP_IGNORE:
         found.append(Finding(
             name, "arp-flux",
-            f"answers ARP for the VIPs it holds on lo (arp_ignore {ignore} on {ifname}), so "
+            f"answers ARP on {ifname} for the VIPs it holds (arp_ignore {ignore}), so "
             "clients can reach it directly, bypassing the balancer",
             f"arp_ignore {raw}; the kernel acts on the larger",
             f"sudo sysctl -w {sysctl_name('all', 'arp_ignore')}=1 "
-            f"{sysctl_name(ifname, 'arp_ignore')}=1, or `sudo lbctl apply {file_hint}` "
+            f"{sysctl_name(ifname, 'arp_ignore')}=1; or `sudo lbctl apply {file_hint}` "
             f"on {name}"))
     if announce is not None and announce != ARP_ANNOUNCE:
         found.append(Finding(
             name, "arp-announce",
-            f"may send ARP requests from a VIP it holds on lo (arp_announce {announce} on "
-            f"{ifname}), teaching the LAN its MAC for the VIP",
+            f"may send ARP requests on {ifname} from a VIP it holds (arp_announce "
+            f"{announce}), teaching the LAN its MAC for the VIP",
             f"arp_announce all={facts.conf.get(('all', 'arp_announce'))} "
             f"{ifname}={facts.conf.get((ifname, 'arp_announce'))}; the kernel acts on the larger",
             f"sudo sysctl -w {sysctl_name('all', 'arp_announce')}=2 "
-            f"{sysctl_name(ifname, 'arp_announce')}=2, or `sudo lbctl apply {file_hint}` "
+            f"{sysctl_name(ifname, 'arp_announce')}=2; or `sudo lbctl apply {file_hint}` "
             f"on {name}"))
     return found
 
@@ -97,7 +107,9 @@ def _rp_filter(name, ifname, facts):
         f"rp_filter all={facts.conf.get(('all', 'rp_filter'))} "
         f"{ifname}={facts.conf.get((ifname, 'rp_filter'))}; the kernel acts on the larger",
         f"sudo sysctl -w {sysctl_name('all', 'rp_filter')}=2 "
-        f"{sysctl_name(ifname, 'rp_filter')}=2 (loose), and the same in /etc/sysctl.d")]
+        f"{sysctl_name(ifname, 'rp_filter')}=2 (loose); to keep it across reboots, put "
+        f"`{sysctl_name('all', 'rp_filter')} = 2` and `{sysctl_name(ifname, 'rp_filter')} = 2` "
+        "in /etc/sysctl.d/99-rp-filter.conf")]
 
 
 def _listeners(name, services, facts):
@@ -113,14 +125,16 @@ def _listeners(name, services, facts):
             f"no {svc.protocol.upper()} server takes {svc.vip}:{svc.port} ({svc.name}): "
             "direct-routed requests keep the VIP as their destination",
             f"{svc.protocol} sockets on port {svc.port}: " + (", ".join(others) or "none"),
-            f"make the server listen on every address (nginx `listen {svc.port};`, Apache "
-            f"`Listen {svc.port}`) or on {svc.vip}:{svc.port}, and restart it"))
+            f"make the server listen on every address ("
+            + (f"nginx `listen {svc.port};`, Apache `Listen {svc.port}`" if svc.protocol == "tcp"
+               else "a DNS server's listen-on or interface setting")
+            + f") or on {svc.vip}:{svc.port}, and restart it"))
     return found
 
 
-def balancer_findings(cluster, name, ifname, facts):
+def balancer_findings(cluster, name, ifname, facts, file_hint):
     return (_ipvs_modules(cluster, name, facts)
-            + _balancer_vips(cluster, name, ifname, facts)
+            + _balancer_vips(cluster, name, ifname, facts, file_hint)
             + _workers_on_lan(cluster, name, ifname, facts)
             + _rp_filter(name, ifname, facts))
 
@@ -152,7 +166,7 @@ def _ipvs_modules(cluster, name, facts):
 
 
 
-def _balancer_vips(cluster, name, ifname, facts):
+def _balancer_vips(cluster, name, ifname, facts, file_hint):
     """A single balancer holds every VIP on its LAN interface.  Of a pair, only
     the master does; which one that is shows on the wire (wire.py)."""
     if len(cluster.balancers) != 1:
@@ -161,7 +175,7 @@ def _balancer_vips(cluster, name, ifname, facts):
     return [Finding(name, "vip-not-on-balancer",
                     f"does not hold VIP {vip} on {ifname}, so no request for it arrives",
                     f"{ifname} holds {', '.join(sorted(map(str, held))) or 'no address'}",
-                    f"sudo lbctl apply FILE on {name}")
+                    f"sudo lbctl apply {file_hint} on {name}")
             for vip in cluster.vips if vip not in held]
 
 

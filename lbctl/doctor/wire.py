@@ -11,7 +11,11 @@ from dataclasses import dataclass, field
 from lbctl.doctor.report import Finding
 
 REPLY_WAIT = 2.0  # seconds to collect answers; an emulated or busy LAN is slow
-SYN_ACK, RESET, SILENT = "syn-ack", "reset", "silent"
+SYN_ACK, RESET, SILENT = "syn-ack", "reset", "silent"  # else "ICMP <type>/<code> from <address>"
+# Sent frames are not taken for ours: the NIC stays out of promiscuous mode
+# (a production balancer's dmesg gets no line), and a frame lost to a busy
+# LAN or Wi-Fi power save is asked once more.
+SEND = {"promisc": False, "retry": 1, "verbose": 0}
 
 
 @dataclass
@@ -22,6 +26,12 @@ class Heard:
     # {node: (a small ping answered, a ping the size of this host's MTU answered)}
     pings: dict = field(default_factory=dict)
     mtu: int = 1500  # this host's LAN interface's
+    # {MAC: node} of every MAC that answered for a node's address (a node on
+    # the LAN by Wi-Fi and Ethernet has two); node_macs holds the one probed.
+    owners: dict = field(default_factory=dict)
+    # From a host that is no node, as a client: {service: (error or None, MAC
+    # the SYN-ACK came from, or None)} of one real connection through the VIP.
+    client: dict = field(default_factory=dict)
 
 
 def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
@@ -38,7 +48,7 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
     def who_has(targets):
         asks = [Ether(dst="ff:ff:ff:ff:ff:ff", src=own_mac) /
                 ARP(op=1, hwsrc=own_mac, psrc=str(own_ip), pdst=str(t)) for t in targets]
-        answered, _ = srp(asks, iface=ifname, timeout=REPLY_WAIT, multi=True, verbose=0)
+        answered, _ = srp(asks, iface=ifname, timeout=REPLY_WAIT, multi=True, **SEND)
         macs = {}
         for _sent, reply in answered:
             macs.setdefault(reply[ARP].psrc, set()).add(reply[ARP].hwsrc.lower())
@@ -49,8 +59,10 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
     by_address = who_has(sorted(set(addresses.values()), key=int))
     node_macs = {name: min(by_address.get(str(a), {None}) - {None}, default=None)
                  for name, a in addresses.items()}
+    owners = {mac: name for name, a in addresses.items() for mac in by_address.get(str(a), ())}
     if here is not None:
         node_macs[here] = own_mac.lower()
+        owners[own_mac.lower()] = here
     vips = who_has(cluster.vips)
     vip_macs = {vip: sorted(vips.get(str(vip), set()) | ({own_mac.lower()} if vip in holds
                                                            else set()))
@@ -70,9 +82,13 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
                                                          seq=random.getrandbits(32))
     syn = {key: SILENT for key in probes}
     if probes:
-        answered, _ = srp(list(probes.values()), iface=ifname, timeout=REPLY_WAIT, verbose=0)
+        answered, _ = srp(list(probes.values()), iface=ifname, timeout=REPLY_WAIT, **SEND)
         for sent, reply in answered:
             key = next(k for k, p in probes.items() if p is sent)
+            if TCP not in reply:  # an ICMP error quoting the SYN: a reject, or a redirect
+                syn[key] = (f"ICMP {reply[ICMP].type}/{reply[ICMP].code} from {reply[IP].src}"
+                            if ICMP in reply else SILENT)
+                continue
             flags = reply[TCP].flags
             syn[key] = RESET if flags & 0x04 else SYN_ACK if flags & 0x12 == 0x12 else SILENT
             if syn[key] == SYN_ACK:  # leave the worker no half-open connection
@@ -80,7 +96,45 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
                       TCP(sport=sent[TCP].sport, dport=sent[TCP].dport, flags="R",
                           seq=reply[TCP].ack), iface=ifname, verbose=0)
     return Heard(node_macs, vip_macs, syn, _pings(cluster, node_macs, here, ifname, own_ip,
-                                                  own_mac, mtu, (Ether, IP, ICMP, srp)), mtu)
+                                                  own_mac, mtu, (Ether, IP, ICMP, srp)), mtu,
+                 owners, {} if here is not None else _as_a_client(cluster, ifname))
+
+
+def _as_a_client(cluster, ifname):
+    """One real connection to each TCP service's VIP, as a client makes it,
+    noting which MAC its SYN-ACK came from: with direct routing, a worker's.
+    (From a node this means nothing: a worker serves its own VIP locally.)"""
+    import socket
+    import threading
+
+    from scapy.layers.inet import IP, TCP
+    from scapy.layers.l2 import Ether
+    from scapy.sendrecv import AsyncSniffer
+
+    seen = {}
+    for svc in sorted(cluster.services.values(), key=lambda s: s.name):
+        if svc.protocol != "tcp":
+            continue
+        vip, port = str(svc.vip), svc.port
+        listening = threading.Event()
+        sniffer = AsyncSniffer(
+            iface=ifname, promisc=False, store=True, count=1, started_callback=listening.set,
+            lfilter=lambda p: (IP in p and TCP in p and p[IP].src == vip and p[TCP].sport == port
+                               and p[TCP].flags & 0x12 == 0x12))
+        sniffer.start()
+        listening.wait(REPLY_WAIT * 5)  # scapy opens its socket in a thread of its own
+        error = None
+        try:
+            with socket.create_connection((vip, port), timeout=REPLY_WAIT * 2):
+                pass
+        except OSError as exc:
+            error = exc.strerror or type(exc).__name__
+        sniffer.join(timeout=REPLY_WAIT)
+        if sniffer.running:
+            sniffer.stop()
+        got = sniffer.results or []
+        seen[svc.name] = (error, got[0][Ether].src.lower() if got else None)
+    return seen
 
 
 def _pings(cluster, node_macs, here, ifname, own_ip, own_mac, mtu, scapy):
@@ -98,7 +152,7 @@ def _pings(cluster, node_macs, here, ifname, own_ip, own_mac, mtu, scapy):
             asks[(name, seq)] = Ether(dst=mac, src=own_mac) / IP(
                 src=str(own_ip), dst=str(node.address), flags="DF") / ICMP(
                 id=ident, seq=seq) / (b"\0" * (size - 28))
-    answered, _ = srp(list(asks.values()), iface=ifname, timeout=REPLY_WAIT, verbose=0) \
+    answered, _ = srp(list(asks.values()), iface=ifname, timeout=REPLY_WAIT, **SEND) \
         if asks else ([], [])
     got = {key for key, ask in asks.items() for sent, _reply in answered if sent is ask}
     return {name: ((name, 1) in got, (name, 2) in got) for name, _seq in asks}
@@ -107,7 +161,7 @@ def _pings(cluster, node_macs, here, ifname, own_ip, own_mac, mtu, scapy):
 def wire_findings(cluster, heard, here, ifname, file_hint):
     """Findings from what the LAN answered, seen from `here` (a node name or a host)."""
     where = f"{here or 'this host'}'s {ifname}"
-    owner = {mac: name for name, mac in heard.node_macs.items() if mac}
+    owner = {**heard.owners, **{mac: name for name, mac in heard.node_macs.items() if mac}}
     found = []
     for name, mac in sorted(heard.node_macs.items()):
         if mac is None:
@@ -131,25 +185,46 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
                     "their requests straight to it, bypassing the balancer",
                     evidence,
                     f"on {name}: sudo sysctl -w net.ipv4.conf.all.arp_ignore=1 "
-                    f"net.ipv4.conf.all.arp_announce=2, or `sudo lbctl apply {file_hint}` there"))
+                    "net.ipv4.conf.all.arp_announce=2; if an interface's own arp_ignore is "
+                    f"above 2, set it to 1 as well; or `sudo lbctl apply {file_hint}` there, "
+                    "which sets both"))
             elif name is None:
                 found.append(Finding(
                     f"unknown host {mac}", "vip-conflict",
                     f"answers ARP for VIP {vip} ({services}): another host uses the VIP",
                     evidence, f"take {vip} off that host, or give the services another VIP"))
-        balancers = [owner[m] for m in macs if owner.get(m) in cluster.balancers]
+        balancers = sorted({owner[m] for m in macs if owner.get(m) in cluster.balancers})
         if len(balancers) > 1:
             found.append(Finding(
                 ", ".join(balancers), "vip-held-twice",
-                f"both balancers hold VIP {vip}: the LAN sends its requests to either",
-                evidence, "stop keepalived on the balancer that should not hold it, then "
-                f"`sudo lbctl apply {file_hint}` on both"))
+                f"both balancers hold VIP {vip}, so each is VRRP master: their adverts do not "
+                "reach each other, and the LAN sends requests to either",
+                evidence, "let VRRP through between the balancers (IP protocol 112, or the "
+                "unicast peer addresses the file gives), check both run the same file with "
+                f"`lbctl status {file_hint} --all`, then `sudo lbctl apply {file_hint}` on both"))
         if not macs:
             found.append(Finding(
                 ", ".join(sorted(cluster.balancers)), "vip-unanswered",
                 f"nobody answers ARP for VIP {vip} ({services}): no balancer holds it",
                 evidence, f"`sudo lbctl apply {file_hint}` on the balancers; `lbctl status` "
                 "there shows keepalived's state"))
+    for service, (error, mac) in sorted(heard.client.items()):
+        svc = cluster.services[service]
+        target = f"{svc.vip}:{svc.port} ({service})"
+        if error is not None:
+            found.append(Finding(
+                ", ".join(sorted(cluster.balancers)), "vip-not-serving",
+                f"a client here cannot connect to {target}: {error}",
+                f"a TCP connection from {where} to {target} failed: {error}",
+                f"run `lbctl doctor {file_hint} --all` to check every node"))
+        elif owner.get(mac) in cluster.balancers:
+            found.append(Finding(
+                owner[mac], "replies-through-balancer",
+                f"answers {target} itself: the replies do not come from the workers, so this "
+                "is not direct routing (a proxy, or NAT, on the balancer)",
+                f"the SYN-ACK of a connection from {where} came from {owner[mac]}'s MAC {mac}",
+                f"stop what listens on {svc.vip}:{svc.port} on {owner[mac]}, and `sudo lbctl "
+                f"apply {file_hint}` there"))
     for name, (small, full) in sorted(heard.pings.items()):
         if small and not full:
             found.append(Finding(
@@ -170,10 +245,19 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
             found.append(Finding(
                 worker, "not-listening-on-vip",
                 f"refuses {svc.vip}:{svc.port} ({service}): its server does not listen on "
-                "the VIP",
+                "the VIP, or a firewall rejects the port with a reset",
                 f"{sent} was answered with a reset",
                 f"make the server on {worker} listen on every address or on "
                 f"{svc.vip}:{svc.port}; `lbctl doctor` there names the socket"))
+        elif result.startswith("ICMP"):
+            found.append(Finding(
+                worker, "direct-route-refused",
+                f"refuses {svc.vip}:{svc.port} ({service}) sent to it by MAC: a firewall "
+                "rejects it, or the worker forwards it on (ip_forward=1) because it lacks "
+                "the VIP",
+                f"{sent} was answered with {result}",
+                f"run `sudo lbctl doctor {file_hint}` on {worker}; let the VIP's port through "
+                "its firewall"))
         else:
             found.append(Finding(
                 worker, "direct-route-dropped",
