@@ -156,7 +156,9 @@ def build_parser():
                        "how to fix each (exit 1 when something is found)")
     p.add_argument("file", nargs="?", help="the cluster file (default: the one last applied "
                    "on this balancer)")
-    p.add_argument("--node", help="this node's name (default: found from this host's addresses)")
+    p.add_argument("--node", help="this node's name (default: found from this host's "
+                   "addresses); with --all, the nodes to check: NAME[,NAME...]")
+    _remote_flags(p)
     p.add_argument("--json", action="store_true")
     p.add_argument("--no-wire", action="store_true",
                    help="only this node's own checks: send no ARP, SYN or ping probes")

@@ -4,6 +4,7 @@ from the client's namespace over real OpenSSH to an sshd in every node.
 The tests run in order on one failover pair and share its state.
 """
 
+import json
 import os
 import re
 import sys
@@ -113,6 +114,13 @@ def test_apply_all_brings_a_fresh_cluster_up_in_order(lab, fleet, pair_file):
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert plan.stdout.count("no changes") == 5
 
+    # A working pair has nothing wrong, from any node or on the wire (the
+    # backup holding no VIP is how a pair should be).
+    doctor = fleet.lbctl_all("doctor", str(pair_file))
+    measured("doctor --all: pair, 3 workers", seconds=f"{doctor.seconds:.1f}")
+    assert (doctor.returncode, doctor.stdout.splitlines()[-1]) == (0, "no problems found"), \
+        doctor.stdout + doctor.stderr
+
 
 def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):
     lab.sh("pi2", ["ip", "address", "del", f"{WEB_VIP}/32", "dev", "lo"])
@@ -120,6 +128,14 @@ def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):
     assert plan.returncode == 2, plan.stdout + plan.stderr
     assert "changes pending on pi2\n" in plan.stdout
     assert f"+ address {WEB_VIP}/32 dev lo" in plan.stdout
+    # doctor --all names it from both sides: pi2's own check, and the SYN the
+    # master sent to pi2's MAC, which pi2 now drops.
+    doctor = fleet.lbctl_all("doctor", str(pair_file), "--json")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    report = json.loads(doctor.stdout)
+    assert sorted((f["node"], f["check"]) for f in report["findings"]) == [
+        ("pi2", "direct-route-dropped"), ("pi2", "vip-not-on-lo")], doctor.stdout
+    assert report["not_run"] == []
 
 
 def test_an_unreachable_node_is_shown_and_stops_apply_there(lab, fleet, pair_file):

@@ -244,3 +244,55 @@ def test_drain_all_asks_every_balancer_first_and_changes_none_when_one_refuses(m
     asked.clear()
     assert cluster_drain.run(SimpleNamespace(**{**vars(args), "force": True}), io.StringIO()) == 0
     assert [a[-1] for _, a in asked] == ["--force", "--force"]
+
+
+def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(monkeypatch,
+                                                                                tmp_path):
+    import io
+    import json
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_doctor
+    from lbctl.remote.ssh import SSH_FAILED
+
+    def report(node, *findings):
+        return json.dumps({"cluster": "pi-web", "run_on": node, "not_run": [], "findings": [
+            {"node": n, "check": c, "problem": p, "evidence": "e", "fix": "f"}
+            for n, c, p in findings]})
+
+    asked = {}
+    answers = {}
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        assert stdin_text == PAIR  # each node gets the file on standard input
+        for t in targets_:
+            asked[t.node] = args_for(t)
+        return {t.node: answers[t.node](t) for t in targets_}
+    monkeypatch.setattr(cluster_doctor, "run_on_each", on_each)
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+
+    def run(**found):
+        for node in ("lb1", "lb2", "pi1", "pi2"):
+            answers[node] = found.get(node, lambda t: Outcome(t, 0, report(t.node), ""))
+        out = io.StringIO()
+        status = cluster_doctor.run(SimpleNamespace(file=str(path), node=None, ssh_config=None,
+                                                    json=True), out)
+        return status, json.loads(out.getvalue())
+
+    assert run() == (0, {"cluster": "pi-web", "run_on": "every node of the file over SSH, "
+                         "the LAN from lb1", "findings": [], "not_run": []})
+    assert asked == {"lb1": ["doctor", "-", "--node", "lb1", "--json"],
+                     **{n: ["doctor", "-", "--node", n, "--json", "--no-wire"]
+                        for n in ("lb2", "pi1", "pi2")}}
+    status, merged = run(
+        lb1=lambda t: Outcome(t, 1, report("lb1", ("pi1", "arp-flux", "answers ARP")), ""),
+        pi1=lambda t: Outcome(t, 1, report("pi1", ("pi1", "arp-flux", "answers ARP"),
+                                           ("pi1", "vip-not-on-lo", "no VIP")), ""),
+        pi2=lambda t: Outcome(t, SSH_FAILED, "", "ssh: connect to host 192.168.100.4: "
+                              "No route to host\n"))
+    assert status == 1
+    assert [(f["node"], f["check"]) for f in merged["findings"]] == [
+        ("pi1", "arp-flux"), ("pi1", "vip-not-on-lo")]  # the same finding from two sides, once
+    assert merged["not_run"] == [{"check": "pi2", "why": "unreachable: ssh: connect to host "
+                                  "192.168.100.4: No route to host"}]
