@@ -55,6 +55,26 @@ def measured(title, **figures):
     print("\n" + line)
 
 
+_MODULES_STARTED = set()
+
+
+def pytest_runtest_setup(item):
+    """At each module's start, the memory left: in the lab VM everything the
+    suite writes lives in RAM, and a VM short of it crawls without failing."""
+    module = item.nodeid.split("::")[0]
+    if module in _MODULES_STARTED:
+        return
+    _MODULES_STARTED.add(module)
+    try:
+        with open("/proc/meminfo") as fh:
+            info = dict(line.split(":", 1) for line in fh)
+        left = int(info["MemAvailable"].split()[0]) // 1024
+        shmem = int(info["Shmem"].split()[0]) // 1024
+    except (OSError, KeyError, ValueError):
+        return
+    sys.stderr.write(f"\n[{module}] memory available {left} MB, in tmpfs {shmem} MB\n")
+
+
 def pytest_runtest_logreport(report):
     """A failure's traceback at once, not only in the summary at the end: a run
     stopped by CI's time limit never reaches that summary."""
