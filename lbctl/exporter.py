@@ -43,7 +43,7 @@ class LbctlCollector:
         kernel = {} if snapshot is None else {
             DestKey(s.key, d.address, d.port): d.weight
             for s in snapshot.services if s.key is not None for d in s.dests}
-        states = keepalived_states(self.root)
+        states = keepalived_states(self.root, clusters)
         labels = ["cluster", "service", "worker"]
         healthy = GaugeMetricFamily("lbctl_worker_healthy", "1 when the worker's health check "
                                     "passes, 0 when it fails (absent: no check)", labels=labels)
@@ -68,7 +68,7 @@ class LbctlCollector:
                     key = DestKey(svc.key, rs.address, svc.port)
                     values = [cluster.name, svc.name, rs.worker]
                     h = health.get((svc.name, rs.worker))
-                    if svc.health is not None and h is not None:
+                    if svc.health is not None and h is not None and h["state"] is not None:
                         healthy.add_metric(values, 1 if h["state"] == "up" else 0)
                         since.add_metric(values, h["since"])
                     drained.add_metric(values, 1 if key in out else 0)

@@ -51,7 +51,7 @@ def frame(snapshot, previous, seconds, names, keepalived, now):
             f"VRRP {vrrp['state']}, changed "
             f"{for_how_long(now, vrrp['since']).removeprefix('for ')} ago")
         lines.append(f"cluster {cluster}: {role}")
-        health.update({(h["service"], h["worker"]): h["state"] for h in info["health"]})
+        health.update({(h["service"], h["worker"]): h["state"] or "?" for h in info["health"]})
     before = {} if previous is None else {
         (s.key, d.address, d.port): d.stats for s in previous if s.key for d in s.dests}
     lines.append("")

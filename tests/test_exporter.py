@@ -167,3 +167,16 @@ def test_the_grafana_dashboard_asks_only_for_series_the_exporter_serves(tmp_path
             assert labels <= served[name], f"{query!r}: {labels - served[name]} not on {name}"
         assert "node_ipvs_" in query or "lbctl_" in query
     assert asked >= 7
+
+
+def test_a_pair_made_one_balancer_shows_no_vrrp_role_left_from_the_pair(tmp_path):
+    # keepalived runs a single balancer with checks but no VRRP instance; the
+    # "vrrp" file its hook wrote while a pair stays behind.
+    state_dir(tmp_path, **{"vrrp": "FAULT 300\n", "health.web_at_pi1": "up 100\n"})
+    single = PAIR.replace("  lb2: {address: 192.168.100.5, interface: eth0}\n", "")
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LbctlCollector(str(tmp_path), lambda: [cluster_from(single)],
+                                     lambda: None, lambda cluster: 0))
+    text = generate_latest(registry).decode()
+    assert "lbctl_vrrp_state{" not in text
+    assert 'lbctl_worker_healthy{cluster="pi-web",service="web",worker="pi1"} 1.0' in text

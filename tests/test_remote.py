@@ -296,3 +296,22 @@ def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(
         ("pi1", "arp-flux"), ("pi1", "vip-not-on-lo")]  # the same finding from two sides, once
     assert merged["not_run"] == [{"check": "pi2", "why": "unreachable: ssh: connect to host "
                                   "192.168.100.4: No route to host"}]
+
+
+def test_the_cluster_view_names_a_checked_worker_with_no_report_yet():
+    from lbctl.remote.view import format_cluster
+
+    cluster = cluster_from(PAIR)
+    status = {"keepalived": {"pi-web": {"vrrp": {"state": "MASTER", "since": 90.0}, "health": [
+        {"service": "web", "worker": "pi1", "state": "up", "since": 40.0},
+        {"service": "web", "worker": "pi2", "state": None, "since": None}]}},
+        "services": [{"service": "tcp 192.168.100.10:80", "scheduler": "wrr", "connections": 0,
+                      "conns_per_s": 0, "real_servers": [
+                          {"address": f"192.168.100.{n}:80", "weight": 0 if n == 4 else 1,
+                           "active": 0, "inactive": 0} for n in (3, 4)]}]}
+    report = {"nodes": {"lb1": {"role": "balancer", "host": "192.168.100.2", "error": None,
+                                "status": status, "drift": None, "drift_error": None}}}
+    lines = format_cluster(cluster, report, now=100.0).splitlines()
+    assert "    worker pi1 (192.168.100.3:80) weight 1  active 0 inactive 0  up for 60s" in lines
+    assert ("    worker pi2 (192.168.100.4:80) weight 0  active 0 inactive 0  no health report "
+            "yet") in lines

@@ -96,6 +96,33 @@ def test_a_keepalived_balancer_shows_vrrp_state_and_each_workers_health(tmp_path
     assert "health web/pi.2: down for 10s" in text
 
 
+def test_hook_reports_are_read_against_the_config_keepalived_runs(tmp_path):
+    from helpers import PI_SINGLE, cluster_from
+    from lbctl.commands.status import keepalived_states
+
+    # A pair made one balancer, whose web check lost pi2 and gained pi3 by a
+    # reload: the pair's VRRP role and pi2's last report stay behind on disk,
+    # and keepalived took pi3 in without reporting it (a worker added by a
+    # reload may start down with no notify).
+    state = tmp_path / "run/lbctl/pi-web/state"
+    state.mkdir(parents=True)
+    (state / "vrrp").write_text("FAULT 1000.5\n")
+    (state / "health.web@pi1").write_text("up 1000.0\n")
+    (state / "health.web@pi2").write_text("down 1090.0\n")
+    (state / "health.dns@pi1").write_text("up 1000.0\n")  # dns has no checks now
+    running = cluster_from(PI_SINGLE.replace(
+        "scheduler: wrr", "scheduler: wrr, workers: [pi1, pi3], health: {http: {path: /}}"))
+    states = keepalived_states(str(tmp_path), [running])
+    assert states["pi-web"]["vrrp"] is None
+    assert [(h["service"], h["worker"], h["state"]) for h in states["pi-web"]["health"]] == [
+        ("web", "pi1", "up"), ("web", "pi3", None)]
+    text = format_status(dict(BALANCER, keepalived=states), now=1100.0)
+    assert "keepalived for cluster pi-web: no VRRP state reported" in text
+    assert "health web/pi1: up for 100s" in text
+    assert "health web/pi3: no report yet" in text
+    assert "pi2" not in text and "dns/" not in text
+
+
 def test_arp_settings_show_what_the_kernel_acts_on_the_larger_of_all_and_the_interface():
     from lbctl.commands.status import effective_arp
 

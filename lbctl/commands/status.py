@@ -31,7 +31,10 @@ def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_S
         ipvs = IpvsNetlink()
     snapshot = ipvs.snapshot()
     report["ipvs_loaded"] = snapshot is not None
-    drained, report["drains"] = drains_here(root, None if cluster is None else [cluster])
+    from lbctl.saved import saved_clusters
+
+    running = saved_clusters(root, strict=False)  # what keepalived runs here, if anything
+    drained, report["drains"] = drains_here(root, running if cluster is None else [cluster])
     if snapshot is not None:
         report["services"] = [_service_report(svc, drained) for svc in snapshot.services]
         report["timeouts"] = snapshot.timeouts or {}
@@ -41,7 +44,7 @@ def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_S
     report["vips_on_lo"] = sorted(str(ip) for ip, prefix, ifname in addresses
                                   if ifname == "lo" and prefix == 32 and not ip.is_loopback
                                   and not ip.is_link_local)
-    report["keepalived"] = keepalived_states(root)
+    report["keepalived"] = keepalived_states(root, running)
     for name, info in report["keepalived"].items():
         info["advertised_addresses"] = advertised_addresses(root, name)
     if "sync" in report:
@@ -162,24 +165,52 @@ def _larger(own, every):
         return own
 
 
-def keepalived_states(root):
-    """{cluster: {"vrrp": ..., "health": [...]}} from the notify hooks' state folders."""
+def keepalived_states(root, clusters=None):
+    """{cluster: {"vrrp": ..., "transitions": N, "health": [...]}} from the notify
+    hooks' state folders, read against the config keepalived runs (`clusters`,
+    default the saved copies here).  A file stays after what wrote it went
+    (keepalived even runs a dropped check's hook after its reload), so only the
+    VRRP role of a pair and the checks the config runs are believed.  A checked
+    worker with no report yet is listed with state None: keepalived may have
+    added it down without a word (a worker a reload brings in)."""
     from lbctl.health import read_state_dir, read_transitions, workers_health
 
+    if clusters is None:
+        from lbctl.saved import saved_clusters
+
+        clusters = saved_clusters(root, strict=False)
+    running = {c.name: c for c in clusters}
     base = os.path.join(root, "run/lbctl")
     found = {}
     for cluster in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         if not os.path.isdir(os.path.join(base, cluster)):
             continue  # a cluster's lock file (lbctl/lock.py)
-        reported = read_state_dir(os.path.join(base, cluster, "state"))
+        state_dir = os.path.join(base, cluster, "state")
+        reported = read_state_dir(state_dir)
         vrrp = reported.get("vrrp")
+        health = [{"service": service, "worker": worker, "state": r.state, "since": r.since}
+                  for service, worker, r in workers_health(reported)]
+        config = running.get(cluster)
+        if config is not None:
+            if len(config.balancers) < 2:
+                vrrp = None  # no VRRP instance: a report left from when it was a pair
+            health = _checks_run(config, health)
         found[cluster] = {
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
-            "transitions": read_transitions(os.path.join(base, cluster, "state")),
-            "health": [{"service": service, "worker": worker, "state": r.state,
-                        "since": r.since} for service, worker, r in workers_health(reported)],
+            "transitions": read_transitions(state_dir),
+            "health": health,
         }
     return found
+
+
+def _checks_run(cluster, health):
+    """The health reports of the checks `cluster` runs, each checked worker once."""
+    by_pair = {(h["service"], h["worker"]): h for h in health}
+    return sorted((by_pair.get((svc.name, rs.worker)) or
+                   {"service": svc.name, "worker": rs.worker, "state": None, "since": None}
+                   for svc in cluster.services.values() if svc.health is not None
+                   for rs in svc.real_servers),
+                  key=lambda h: (h["service"], h["worker"]))
 
 
 def advertised_addresses(root, cluster):
@@ -208,8 +239,10 @@ def _format_keepalived(states, now):
             f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}"
         lines.append(f"keepalived for cluster {cluster}: {role}")
         for h in info["health"]:
-            lines.append(f"  health {h['service']}/{h['worker']}: {h['state']} "
-                         f"{for_how_long(now, h['since'])}")
+            lines.append(f"  health {h['service']}/{h['worker']}: " + (
+                "no report yet (its check has not passed or failed since keepalived "
+                "took it in)" if h["state"] is None else
+                f"{h['state']} {for_how_long(now, h['since'])}"))
     return lines
 
 
@@ -331,7 +364,7 @@ def run_watch(args, out):
     def render(snapshot, previous, seconds):
         drained, _ = drains_here(args.root, clusters)
         return frame(snapshot, previous, seconds, Names.of(clusters, drained),
-                     keepalived_states(args.root), time.time())
+                     keepalived_states(args.root, clusters), time.time())
 
     return watch(read, render, args.interval, out)
 
@@ -351,7 +384,8 @@ def run_connections(args, out):
     from lbctl.connections import Filter, Names, entries, write_json, write_text
     from lbctl.errors import UsageError
 
-    names = Names.of(_clusters_named(args))
+    clusters = _clusters_named(args)
+    names = Names.of(clusters)
     source = args.file or "the cluster files applied here"
     if args.service is not None and args.service not in names.services.values():
         raise UsageError(f"--service: no service {args.service!r} in {source}")
@@ -364,7 +398,7 @@ def run_connections(args, out):
     if args.json:
         write_json(entries(wanted), names, out)
         return 0
-    backup = [name for name, info in keepalived_states(args.root).items()
+    backup = [name for name, info in keepalived_states(args.root, clusters).items()
               if (info["vrrp"] or {}).get("state") == "BACKUP"]
     if backup:
         out.write(f"this balancer is VRRP BACKUP ({', '.join(backup)}): these are copies of the "

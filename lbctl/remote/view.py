@@ -78,7 +78,8 @@ def _table_lines(status, services, workers, cluster_name, now, for_how_long):
         for rs in svc["real_servers"]:
             worker = workers.get(rs["address"].rpartition(":")[0], "not in the file")
             h = health.get((name, worker))
-            seen = f"  {h['state']} {for_how_long(now, h['since'])}" if h else ""
+            seen = "" if not h else "  no health report yet" if h["state"] is None else \
+                f"  {h['state']} {for_how_long(now, h['since'])}"
             drained = " drained" if rs.get("drained") else ""
             lines.append(f"    worker {worker} ({rs['address']}) weight {rs['weight']}{drained}"
                          f"  active {rs['active']} inactive {rs['inactive']}{seen}")
