@@ -58,10 +58,11 @@ def measured(title, **figures):
 _MODULES_STARTED = set()
 
 
-def pytest_runtest_setup(item):
-    """At each module's start, the memory left: in the lab VM everything the
-    suite writes lives in RAM, and a VM short of it crawls without failing."""
-    module = item.nodeid.split("::")[0]
+def pytest_runtest_logstart(nodeid, location):
+    """Before each module's first test, the memory left: in the lab VM
+    everything the suite writes lives in RAM, and a VM short of it crawls
+    without failing.  (Printed here, before setup, whose output is captured.)"""
+    module = nodeid.split("::")[0]
     if module in _MODULES_STARTED:
         return
     _MODULES_STARTED.add(module)
@@ -73,6 +74,7 @@ def pytest_runtest_setup(item):
     except (OSError, KeyError, ValueError):
         return
     sys.stderr.write(f"\n[{module}] memory available {left} MB, in tmpfs {shmem} MB\n")
+    sys.stderr.flush()
 
 
 def pytest_runtest_logreport(report):
