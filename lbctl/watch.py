@@ -47,9 +47,10 @@ def frame(snapshot, previous, seconds, names, keepalived, now):
     health = {}
     for cluster, info in keepalived.items():
         vrrp = info["vrrp"]
-        role = "no VRRP state reported" if vrrp is None else (
-            f"VRRP {vrrp['state']}, changed "
-            f"{for_how_long(now, vrrp['since']).removeprefix('for ')} ago")
+        role = (f"VRRP {vrrp['state']}, changed "
+                f"{for_how_long(now, vrrp['since']).removeprefix('for ')} ago") if vrrp else \
+            "no VRRP (a single balancer)" if info.get("pair") is False else \
+            "no VRRP state reported"
         lines.append(f"cluster {cluster}: {role}")
         health.update({(h["service"], h["worker"]): h["state"] or "?" for h in info["health"]})
     before = {} if previous is None else {

@@ -117,7 +117,7 @@ def test_hook_reports_are_read_against_the_config_keepalived_runs(tmp_path):
     assert [(h["service"], h["worker"], h["state"]) for h in states["pi-web"]["health"]] == [
         ("web", "pi1", "up"), ("web", "pi3", None)]
     text = format_status(dict(BALANCER, keepalived=states), now=1100.0)
-    assert "keepalived for cluster pi-web: no VRRP state reported" in text
+    assert "keepalived for cluster pi-web: no VRRP (a single balancer)" in text
     assert "health web/pi1: up for 100s" in text
     assert "health web/pi3: no report yet" in text
     assert "pi2" not in text and "dns/" not in text

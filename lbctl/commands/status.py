@@ -196,6 +196,8 @@ def keepalived_states(root, clusters=None):
                 vrrp = None  # no VRRP instance: a report left from when it was a pair
             health = _checks_run(config, health)
         found[cluster] = {
+            # False: the config runs no VRRP (one balancer); None: no saved copy says.
+            "pair": None if config is None else len(config.balancers) > 1,
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
             "transitions": read_transitions(state_dir),
             "health": health,
@@ -235,8 +237,9 @@ def _format_keepalived(states, now):
     lines = []
     for cluster, info in states.items():
         vrrp = info["vrrp"]
-        role = "no VRRP state reported" if vrrp is None else \
-            f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}"
+        role = f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}" if vrrp else \
+            "no VRRP (a single balancer)" if info.get("pair") is False else \
+            "no VRRP state reported"
         lines.append(f"keepalived for cluster {cluster}: {role}")
         for h in info["health"]:
             lines.append(f"  health {h['service']}/{h['worker']}: " + (

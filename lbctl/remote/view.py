@@ -62,7 +62,10 @@ def _vrrp_line(status, cluster_name, now, for_how_long):
     vrrp = info and info.get("vrrp")
     if vrrp:
         return f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}"
-    return "no VRRP (a single balancer run by lbctl)" if not info else "no VRRP state reported"
+    if not info:
+        return "no VRRP (a single balancer run by lbctl)"
+    return "no VRRP (a single balancer)" if info.get("pair") is False else \
+        "no VRRP state reported"
 
 
 def _table_lines(status, services, workers, cluster_name, now, for_how_long):
