@@ -442,14 +442,46 @@ def test_the_notify_hook_records_state_and_time(tmp_path):
 
     found = read_state_dir(str(tmp_path))
     assert found["health.web@pi1"].state == "down" and found["vrrp"].state == "MASTER"
-    assert sorted(os.listdir(tmp_path)) == [".vrrp.lock", "health.web@pi1", "lbctl-notify",
-                                            "vrrp", "vrrp.transitions"]
+    assert sorted(os.listdir(tmp_path)) == [
+        ".health.lock", ".seq.health.web@pi1", ".seq.vrrp", ".vrrp.lock", "health.web@pi1",
+        "lbctl-notify", "vrrp", "vrrp.transitions"]
     # Role changes count into and out of MASTER, not the states keepalived
     # passes through as it stops and starts again as backup.
     for state in ("BACKUP", "STOP", "BACKUP", "MASTER"):
         subprocess.run([str(script), str(tmp_path), "vrrp", "INSTANCE", "lbctl_pi-web", state,
                         "150"], check=True)
     assert (tmp_path / "vrrp.transitions").read_text() == "3\n"
+    assert read_state_dir(str(tmp_path))["vrrp"].state == "MASTER"
+
+
+def test_a_hook_started_before_the_one_on_record_changes_nothing(tmp_path):
+    # keepalived forks a hook per event without waiting: the MASTER hook of a
+    # takeover a second before a BACKUP can run last.  The record keeps when
+    # its hook was forked (clock ticks since boot, then PID).
+    from lbctl.health import read_state_dir
+
+    script = tmp_path / "lbctl-notify"
+    script.write_text(script_text("lbctl-notify"))
+    script.chmod(0o755)
+
+    def hook(*event):
+        subprocess.run([str(script), str(tmp_path), *event], check=True)
+
+    hook("vrrp", "INSTANCE", "lbctl_pi-web", "BACKUP", "150")
+    hook("health", "web", "pi1", "up")
+    ticks, pid = (tmp_path / ".seq.vrrp").read_text().split()
+    assert int(ticks) > 0 and int(pid) > 0
+    later = f"{int(ticks) + 100} 1\n"  # a hook forked a second later wrote these
+    (tmp_path / ".seq.vrrp").write_text(later)
+    (tmp_path / ".seq.health.web@pi1").write_text(later)
+    hook("vrrp", "INSTANCE", "lbctl_pi-web", "MASTER", "150")
+    hook("health", "web", "pi1", "down")
+    found = read_state_dir(str(tmp_path))
+    assert (found["vrrp"].state, found["health.web@pi1"].state) == ("BACKUP", "up")
+    assert (tmp_path / "vrrp.transitions").read_text() == "0\n"
+    # A record that is not one (a damaged file) orders nothing.
+    (tmp_path / ".seq.vrrp").write_text("garbage\n")
+    hook("vrrp", "INSTANCE", "lbctl_pi-web", "MASTER", "150")
     assert read_state_dir(str(tmp_path))["vrrp"].state == "MASTER"
 
 
