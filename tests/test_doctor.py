@@ -9,7 +9,7 @@ import pytest
 from helpers import PI_SINGLE, cluster_from
 from lbctl.doctor.facts import Facts, parse_ss
 from lbctl.doctor.local import balancer_findings, worker_findings
-from lbctl.doctor.report import NotRun, format_json, format_text
+from lbctl.doctor.report import Finding, NotRun, format_json, format_text, merge
 from lbctl.doctor.wire import RESET, SILENT, SYN_ACK, Heard, wire_findings
 
 WEB_VIP, DNS_VIP = IPv4Address("192.168.100.10"), IPv4Address("192.168.100.11")
@@ -54,6 +54,38 @@ def test_arp_flux_is_the_larger_of_all_and_the_interface():
     assert "net.ipv4.conf.all.arp_ignore=1 net.ipv4.conf.eth0.arp_ignore=1" in found.fix
     facts.conf[("all", "arp_ignore")] = 3  # 3 still answers for a global address on lo
     assert checks(facts) == {("pi1", "arp-flux")}
+
+
+def test_arp_ignore_8_answers_nothing_and_an_interface_value_is_kept_elsewhere():
+    facts = healthy_worker()
+    facts.conf[("eth0", "arp_ignore")] = 8  # not even for its own address
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert (found.check, "not even for its own address" in found.problem) == ("arp-silent", True)
+    # lbctl's sysctl.d file sets only `all`: eth0's own 8 must go where it is set.
+    assert "net.ipv4.conf.eth0.arp_ignore=1" in found.fix
+    assert "eth0's own 8 is set elsewhere" in found.fix and "grep -r arp_ignore" in found.fix
+    facts.conf[("eth0", "arp_ignore")] = 0
+    facts.conf[("all", "arp_ignore")] = 0
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert "set elsewhere" not in found.fix and "keeps `all` so across reboots" in found.fix
+
+
+def test_a_vip_on_lo_with_a_wider_prefix_is_named():
+    facts = healthy_worker(addresses=[(WEB_VIP, 24, "lo"), (DNS_VIP, 32, "lo"), (PI1, 24, "eth0")])
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert found.check == "vip-prefix-on-lo"
+    assert found.fix == ("sudo ip address del 192.168.100.10/24 dev lo; "
+                         "sudo ip address add 192.168.100.10/32 dev lo")
+
+
+def test_a_fault_seen_twice_is_shown_once_with_both_evidences():
+    seen = [Finding("pi1", "arp-flux", "p1", "who-has .10", "fix"),
+            Finding("pi1", "arp-flux", "p2", "who-has .11", "fix"),
+            Finding("pi1", "arp-flux", "p1", "who-has .10", "fix"),
+            Finding("pi1", "vip-not-on-lo", "p", "e", "add .10"),
+            Finding("pi1", "vip-not-on-lo", "p", "e", "add .11")]
+    assert merge(seen) == [Finding("pi1", "arp-flux", "p1", "who-has .10; who-has .11", "fix"),
+                           seen[3], seen[4]]
 
 
 def test_arp_announce_below_two_is_named():

@@ -296,6 +296,15 @@ def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(
         ("pi1", "arp-flux"), ("pi1", "vip-not-on-lo")]  # the same finding from two sides, once
     assert merged["not_run"] == [{"check": "pi2", "why": "unreachable: ssh: connect to host "
                                   "192.168.100.4: No route to host"}]
+    # lbctl's own error on a node (exit 1, as for findings) is shown, and a
+    # probing balancer that fails says the LAN went unprobed.
+    status, merged = run(lb1=lambda t: Outcome(t, 1, "", "lbctl: doctor: interface eth0 "
+                                               "does not exist on this host\n"))
+    assert status == 1
+    assert merged["not_run"] == [
+        {"check": "lb1", "why": "lbctl: doctor: interface eth0 does not exist on this host"},
+        {"check": "wire", "why": "the LAN is probed from lb1, which could not be checked; to "
+         f"probe it from another balancer: `lbctl doctor {path} --all --node lb2,pi1,pi2`"}]
 
 
 def test_the_cluster_view_names_a_checked_worker_with_no_report_yet():

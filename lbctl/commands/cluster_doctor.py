@@ -11,7 +11,7 @@ DOCTOR_TIMEOUT = 300  # seconds: a node that takes longer is reported as not che
 
 
 def run(args, out):
-    from lbctl.doctor.report import Finding, NotRun, format_json, format_text
+    from lbctl.doctor.report import Finding, NotRun, format_json, format_text, merge
 
     cluster = load_cluster(args.file)
     selected = select(cluster, args.node)
@@ -35,7 +35,12 @@ def run(args, out):
                     if not (n["check"] == "wire" and node != asker)]
     if asker is None:
         not_run.append(NotRun("wire", "no balancer among the nodes asked: the LAN was not probed"))
-    findings = list(dict.fromkeys(findings))
+    elif asker in unchecked:
+        others = [t.node for t in selected if t.node != asker]
+        not_run.append(NotRun("wire", f"the LAN is probed from {asker}, which could not be "
+                              f"checked; to probe it from another balancer: `lbctl doctor "
+                              f"{args.file} --all --node {','.join(others)}`"))
+    findings = merge(findings)
     where = f"every node of the file over SSH, the LAN from {asker}" if asker else \
         "the nodes named, over SSH"
     out.write((format_json if args.json else format_text)(cluster.name, where, findings, not_run))
@@ -53,4 +58,5 @@ def _report(outcome):
     try:
         return json.loads(outcome.stdout), None
     except ValueError:
-        return None, "lbctl doctor printed something other than JSON"
+        # lbctl's own error (exit 1, like a report with findings) is on stderr.
+        return None, outcome.stderr.strip() or "lbctl doctor printed something other than JSON"

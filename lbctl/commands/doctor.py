@@ -7,7 +7,7 @@ def run(args, out):
     from lbctl.adapters.addrs import AddressIp
     from lbctl.desired import role_of
     from lbctl.doctor import facts as host, local
-    from lbctl.doctor.report import NotRun, format_json, format_text
+    from lbctl.doctor.report import NotRun, format_json, format_text, merge
     from lbctl.observe import node_interface
 
     cluster, file_hint = _cluster(args)
@@ -42,7 +42,7 @@ def run(args, out):
         holds = {ip for ip, _p in facts.addresses_on(ifname)}
         heard = listen(cluster, here, ifname, own_ip, link["mac"], holds, link["mtu"])
         findings += wire_findings(cluster, heard, here, ifname, file_hint)
-    findings = _unique(findings)
+    findings = merge(findings)
     text = (format_json if args.json else format_text)(cluster.name, where, findings, not_run)
     out.write(text)
     return 1 if findings else 0
@@ -97,8 +97,3 @@ def _why_no_wire(facts, link):
     except ImportError:
         return "the probes need scapy: pip install scapy (or apt install python3-scapy)"
     return None
-
-
-def _unique(findings):
-    """Each finding once: the wire and the local view may both see the same."""
-    return list(dict.fromkeys(findings))

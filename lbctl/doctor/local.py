@@ -7,10 +7,12 @@ Each check returns findings for this node only; what only the wire shows
 from lbctl.config.model import SCHEDULERS
 from lbctl.doctor.report import Finding
 
-# arp_ignore values under which a worker never answers ARP for the VIP on lo:
-# 1 (target address on the incoming interface), 2 (and the sender in its
-# subnet), 8 (never).  3 still answers for a global address on lo.
-SAFE_ARP_IGNORE = (1, 2, 8)
+# arp_ignore values under which a worker never answers ARP for the VIP on lo
+# but still for its own address: 1 (target address on the incoming
+# interface), 2 (and the sender in its subnet).  3 still answers for a global
+# address on lo; 8 answers nothing, so the balancer cannot find the worker.
+SAFE_ARP_IGNORE = (1, 2)
+SILENT_ARP_IGNORE = 8
 ARP_ANNOUNCE = 2  # always pick the interface's own address as ARP source
 
 
@@ -50,6 +52,14 @@ def _vips_off_the_lan(name, services, lan, facts, file_hint):
                 "ARP for it and takes the VIP's traffic from the balancer",
                 f"{vip}/{on_lan[0][1]} is on {on_lan[0][0]}",
                 f"{dels}; then `sudo lbctl apply {file_hint}` on {name} puts it on lo"))
+        elif wider := [p for n, p in held if n == "lo" and p != 32]:
+            wide = wider[0]
+            found.append(Finding(
+                name, "vip-prefix-on-lo",
+                f"holds VIP {vip} ({names}) on lo as /{wide}: every address of that "
+                "network is then local to it, so it cannot reach the LAN's other hosts there",
+                f"{vip}/{wide} is on lo",
+                f"sudo ip address del {vip}/{wide} dev lo; sudo ip address add {vip}/32 dev lo"))
         elif not held:
             found.append(Finding(
                 name, "vip-not-on-lo",
@@ -67,15 +77,21 @@ def _arp_settings(name, ifname, facts, file_hint):
     announce = facts.effective(ifname, "arp_announce")
     raw = (f"all={facts.conf.get(('all', 'arp_ignore'))} "
            f"{ifname}={facts.conf.get((ifname, 'arp_ignore'))}")
-    if ignore is not None and ignore not in SAFE_ARP_IGNORE:
+    fix = (f"sudo sysctl -w {sysctl_name('all', 'arp_ignore')}=1 "
+           f"{sysctl_name(ifname, 'arp_ignore')}=1; " + _kept_across_reboots(
+               facts, ifname, "arp_ignore", 1, name, file_hint))
+    if ignore == SILENT_ARP_IGNORE:
+        found.append(Finding(
+            name, "arp-silent",
+            f"answers no ARP at all on {ifname} (arp_ignore 8), not even for its own "
+            "address, so the balancer cannot find its MAC to forward requests to it",
+            f"arp_ignore {raw}; the kernel acts on the larger", fix))
+    elif ignore is not None and ignore not in SAFE_ARP_IGNORE:
         found.append(Finding(
             name, "arp-flux",
             f"answers ARP on {ifname} for the VIPs it holds (arp_ignore {ignore}), so "
             "clients can reach it directly, bypassing the balancer",
-            f"arp_ignore {raw}; the kernel acts on the larger",
-            f"sudo sysctl -w {sysctl_name('all', 'arp_ignore')}=1 "
-            f"{sysctl_name(ifname, 'arp_ignore')}=1; or `sudo lbctl apply {file_hint}` "
-            f"on {name}"))
+            f"arp_ignore {raw}; the kernel acts on the larger", fix))
     if announce is not None and announce != ARP_ANNOUNCE:
         found.append(Finding(
             name, "arp-announce",
@@ -84,9 +100,22 @@ def _arp_settings(name, ifname, facts, file_hint):
             f"arp_announce all={facts.conf.get(('all', 'arp_announce'))} "
             f"{ifname}={facts.conf.get((ifname, 'arp_announce'))}; the kernel acts on the larger",
             f"sudo sysctl -w {sysctl_name('all', 'arp_announce')}=2 "
-            f"{sysctl_name(ifname, 'arp_announce')}=2; or `sudo lbctl apply {file_hint}` "
-            f"on {name}"))
+            f"{sysctl_name(ifname, 'arp_announce')}=2; " + _kept_across_reboots(
+                facts, ifname, "arp_announce", 2, name, file_hint)))
     return found
+
+
+def _kept_across_reboots(facts, ifname, key, wanted, name, file_hint):
+    """How the fix outlives a reboot.  lbctl's sysctl.d file sets only `all`
+    (and the kernel acts on the larger of `all` and the interface's value),
+    so an interface's own value above it must go wherever it is set."""
+    text = f"`sudo lbctl apply {file_hint}` on {name} keeps `all` so across reboots"
+    own = facts.conf.get((ifname, key))
+    if own is not None and own > wanted:
+        text += (f"; {ifname}'s own {own} is set elsewhere: take it out of the file that "
+                 f"`grep -r {key} /etc/sysctl.conf /etc/sysctl.d /run/sysctl.d "
+                 "/usr/lib/sysctl.d` names")
+    return text
 
 
 def _rp_filter(name, ifname, facts):
@@ -125,10 +154,13 @@ def _listeners(name, services, facts):
             f"no {svc.protocol.upper()} server takes {svc.vip}:{svc.port} ({svc.name}): "
             "direct-routed requests keep the VIP as their destination",
             f"{svc.protocol} sockets on port {svc.port}: " + (", ".join(others) or "none"),
-            f"make the server listen on every address ("
+            "make the server listen on every address ("
             + (f"nginx `listen {svc.port};`, Apache `Listen {svc.port}`" if svc.protocol == "tcp"
                else "a DNS server's listen-on or interface setting")
-            + f") or on {svc.vip}:{svc.port}, and restart it"))
+            + f") or on {svc.vip}:{svc.port}, and restart it"
+            + ("; for UDP the VIP itself is safer: a socket on every address may answer "
+               "from the worker's own address, which the client drops"
+               if svc.protocol == "udp" else "")))
     return found
 
 
@@ -163,7 +195,6 @@ def _ipvs_modules(cluster, name, facts):
             f"pick another `scheduler:` for {users} in the file (this kernel has: "
             f"{', '.join(usable) or 'none'}), or install the module"))
     return found
-
 
 
 def _balancer_vips(cluster, name, ifname, facts, file_hint):

@@ -1,7 +1,7 @@
 """What doctor found, and the checks it could not run, as text or JSON."""
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,20 @@ class Finding:
 class NotRun:
     check: str
     why: str
+
+
+def merge(findings):
+    """One finding per node, check and fix: the same fault seen twice (from the
+    wire and on the node, or for two VIPs) is shown once, with all the
+    evidence.  Findings whose fixes differ (two VIPs to add) stay apart."""
+    merged = {}
+    for f in findings:
+        key = (f.node, f.check, f.fix)
+        if key not in merged:
+            merged[key] = f
+        elif f.evidence not in merged[key].evidence.split("; "):
+            merged[key] = replace(merged[key], evidence=f"{merged[key].evidence}; {f.evidence}")
+    return list(merged.values())
 
 
 def format_text(cluster, where, findings, not_run):

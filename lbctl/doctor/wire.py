@@ -41,6 +41,11 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
     import logging
 
     logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    from scapy.config import conf
+
+    # Every socket scapy opens from here on, sniffers and sends included,
+    # leaves the NIC out of promiscuous mode.
+    conf.sniff_promisc = False
     from scapy.layers.inet import ICMP, IP, TCP
     from scapy.layers.l2 import ARP, Ether
     from scapy.sendrecv import sendp, srp
@@ -94,7 +99,8 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
             if syn[key] == SYN_ACK:  # leave the worker no half-open connection
                 sendp(Ether(dst=sent.dst, src=own_mac) / IP(src=sent[IP].src, dst=sent[IP].dst) /
                       TCP(sport=sent[TCP].sport, dport=sent[TCP].dport, flags="R",
-                          seq=reply[TCP].ack), iface=ifname, verbose=0)
+                          seq=reply[TCP].ack), iface=ifname, count=2, promisc=False,
+                      verbose=0)  # twice: a lost RST leaves it half-open a minute
     return Heard(node_macs, vip_macs, syn, _pings(cluster, node_macs, here, ifname, own_ip,
                                                   own_mac, mtu, (Ether, IP, ICMP, srp)), mtu,
                  owners, {} if here is not None else _as_a_client(cluster, ifname))
@@ -185,9 +191,10 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
                     "their requests straight to it, bypassing the balancer",
                     evidence,
                     f"on {name}: sudo sysctl -w net.ipv4.conf.all.arp_ignore=1 "
-                    "net.ipv4.conf.all.arp_announce=2; if an interface's own arp_ignore is "
-                    f"above 2, set it to 1 as well; or `sudo lbctl apply {file_hint}` there, "
-                    "which sets both"))
+                    "net.ipv4.conf.all.arp_announce=2; an interface's own arp_ignore above 2 "
+                    f"must go to 1 too; `sudo lbctl apply {file_hint}` there keeps `all` so "
+                    f"across reboots; if {name} holds the VIP on its LAN interface, no sysctl "
+                    f"helps: `sudo lbctl doctor {file_hint}` there names it"))
             elif name is None:
                 found.append(Finding(
                     f"unknown host {mac}", "vip-conflict",
@@ -233,9 +240,10 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
                 "large requests forwarded to it are lost",
                 f"a {heard.mtu}-byte ping that may not be fragmented got no answer, a 64-byte "
                 "one did",
-                f"give {name}'s LAN interface MTU {heard.mtu}, as {where} has "
-                f"(sudo ip link set dev IFACE mtu {heard.mtu}, and the same in its network "
-                "configuration)"))
+                f"give every host on the segment one MTU: {name}'s LAN interface {heard.mtu} "
+                f"as {where} has (sudo ip link set dev IFACE mtu {heard.mtu}, and the same "
+                f"in its network configuration), or lower {where} to {name}'s if {name}'s "
+                "NIC cannot take more"))
     for (service, worker), result in sorted(heard.syn.items()):
         svc = cluster.services[service]
         if result == SYN_ACK:
