@@ -155,6 +155,25 @@ def test_strict_rp_filter_matters_only_when_clients_route_elsewhere():
     assert "192.168.100.254 via up0" in found.problem
 
 
+def test_rp_filter_reads_the_routes_the_kernel_takes_not_every_route():
+    from lbctl.doctor.facts import Route
+
+    facts = healthy_worker()
+    facts.conf[("all", "rp_filter")] = 1
+    # A Pi on the LAN by Ethernet and Wi-Fi: dhcpcd gives eth0 the lower metric,
+    # and Docker's bridge has a network of its own that no client comes from.
+    facts.routes = [Route("default", "eth0", 202), Route("default", "wlan0", 303),
+                    Route("192.168.100.0/24", "eth0", 202, True),
+                    Route("192.168.100.0/24", "wlan0", 303, True),
+                    Route("172.17.0.0/16", "docker0", 0, True)]
+    assert checks(facts) == set()
+    # Wi-Fi preferred: replies to every client beyond the LAN leave by wlan0.
+    facts.routes[1] = Route("default", "wlan0", 100)
+    (found,) = worker_findings(cluster_from(), "pi1", "eth0", facts, "cluster.yaml")
+    assert found.check == "rp-filter" and "default via wlan0" in found.problem
+    assert "docker0" not in found.problem
+
+
 def balancer(**changes):
     facts = Facts(
         addresses=[(IPv4Address("192.168.100.2"), 24, "eth0"), (WEB_VIP, 32, "eth0"),

@@ -8,12 +8,20 @@ import json
 import os
 import socket
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from ipaddress import IPv4Address
 
 from lbctl.adapters.programs import IP, SS, run
 
 # The per-interface settings that decide whether direct routing works.
 CONF_KEYS = ("arp_ignore", "arp_announce", "rp_filter")
+
+
+class Route(NamedTuple):
+    dst: str  # "default" or a CIDR
+    dev: str
+    metric: int = 0  # of two routes to one place, the kernel takes the lower
+    connected: bool = False  # the network of an address on `dev` (proto kernel, scope link)
 
 
 @dataclass
@@ -26,7 +34,7 @@ class Facts:
     modules_loaded: set = field(default_factory=set)  # names under /sys/module
     modules_available: set = field(default_factory=set)  # in the kernel's modules.dep/builtin
     raw_frames: bool = False  # this process may send raw frames (root, CAP_NET_RAW)
-    routes: list = field(default_factory=list)  # [(destination, ifname)]: "default" or a CIDR
+    routes: list = field(default_factory=list)  # [Route] of the main table
 
     def effective(self, ifname, key):
         """What the kernel acts on: the larger of `all` and the interface's own
@@ -63,8 +71,10 @@ def gather(proc="/proc", sys="/sys"):
         listeners=read_listeners(),
         ipvs_loaded=os.path.exists(os.path.join(proc, "net/ip_vs")),
         raw_frames=raw_frames_allowed(),
-        routes=[(r.get("dst", "default"), r["dev"]) for r in json.loads(
-            _ip("-4", "-json", "route", "show", "table", "main") or "[]") if "dev" in r],
+        routes=[Route(r.get("dst", "default"), r["dev"], r.get("metric", 0),
+                      r.get("protocol") == "kernel" and r.get("scope") == "link")
+                for r in json.loads(_ip("-4", "-json", "route", "show", "table", "main")
+                                    or "[]") if "dev" in r],
     )
     module_dir = os.path.join(sys, "module")
     facts.modules_loaded = set(os.listdir(module_dir)) if os.path.isdir(module_dir) else set()

@@ -5,6 +5,7 @@ Each check returns findings for this node only; what only the wire shows
 """
 
 from lbctl.config.model import SCHEDULERS
+from lbctl.doctor.facts import Route
 from lbctl.doctor.report import Finding
 
 # arp_ignore values under which a worker never answers ARP for the VIP on lo
@@ -31,7 +32,7 @@ def worker_findings(cluster, name, ifname, facts, file_hint):
     lan = facts.lan_interfaces(cluster, ifname)
     return (_vips_off_the_lan(name, services, lan, facts, file_hint)
             + [f for each in lan for f in _arp_settings(name, each, facts, file_hint)]
-            + _rp_filter(name, ifname, facts)
+            + _rp_filter(cluster, name, ifname, facts)
             + _listeners(name, services, facts))
 
 
@@ -118,14 +119,15 @@ def _kept_across_reboots(facts, ifname, key, wanted, name, file_hint):
     return text
 
 
-def _rp_filter(name, ifname, facts):
+def _rp_filter(cluster, name, ifname, facts):
     """Strict reverse-path filtering drops a request arriving on the LAN
     interface when the route back to its client leaves by another one (a
     second NIC, Wi-Fi with the default route, a route to some clients): the
     reply would, so the kernel takes the request for spoofed."""
     if facts.effective(ifname, "rp_filter") != 1:
         return []
-    elsewhere = [(dst, dev) for dst, dev in facts.routes if dev not in (ifname, "lo")]
+    elsewhere = [(r.dst, r.dev) for r in _routes_taken(facts.routes)
+                 if r.dev not in (ifname, "lo") and not _beside_the_lan(cluster, r)]
     if not elsewhere:
         return []
     clients = ", ".join(f"{dst} via {dev}" for dst, dev in elsewhere)
@@ -168,7 +170,30 @@ def balancer_findings(cluster, name, ifname, facts, file_hint):
     return (_ipvs_modules(cluster, name, facts)
             + _balancer_vips(cluster, name, ifname, facts, file_hint)
             + _workers_on_lan(cluster, name, ifname, facts)
-            + _rp_filter(name, ifname, facts))
+            + _rp_filter(cluster, name, ifname, facts))
+
+
+def _routes_taken(routes):
+    """Of the routes to one destination (a Pi's default by Ethernet and by
+    Wi-Fi, with dhcpcd's metrics), the one the kernel takes: the lowest metric."""
+    taken = {}
+    for route in map(lambda r: Route(*r), routes):
+        if route.dst not in taken or route.metric < taken[route.dst].metric:
+            taken[route.dst] = route
+    return list(taken.values())
+
+
+def _beside_the_lan(cluster, route):
+    """A network of another interface's own that is not the cluster's (docker0,
+    a VPN's): its hosts are reached there, and send nothing to the VIP."""
+    from ipaddress import IPv4Network
+
+    if not route.connected or route.dst == "default":
+        return False
+    try:
+        return not IPv4Network(route.dst, strict=False).overlaps(cluster.network)
+    except ValueError:
+        return False
 
 
 def _ipvs_modules(cluster, name, facts):
