@@ -3,8 +3,9 @@
 #
 #   ./dev.sh setup   apt packages and the .venv (idempotent)
 #   ./dev.sh demo    setup, then `lbctl lab demo` on the bundled example
-#   ./dev.sh test    setup, then unit tests and the netns suite
+#   ./dev.sh test    setup (the proxies too), then unit tests and the netns suite
 #   ./dev.sh wheel   dist/lbctl-VERSION-py3-none-any.whl to install on nodes (no root needed)
+#   ./dev.sh bench   setup and the proxies, then the benchmarks; they rewrite docs/benchmarks.md
 #
 # It needs root (apt, network namespaces) and re-runs itself with sudo when
 # started as another user.
@@ -24,6 +25,9 @@ APT_PACKAGES=(
   qemu-system-x86 cpio                  # the lab VM where the kernel has no IPVS
   openssh-client openssh-server         # --all over ssh, and an sshd in each lab node
 )
+# The proxies bench/dataplane.py measures direct routing against, and GNU time
+# for the peak memory of one command.
+BENCH_PACKAGES=(haproxy pen nginx time)
 
 if [ "${1:-}" = wheel ]; then
   # The wheel to install on nodes: no root, no lab packages, only python3-venv.
@@ -57,14 +61,19 @@ python_for_venv() {
 
 setup() {
   missing=()
-  for pkg in "${APT_PACKAGES[@]}"; do
+  for pkg in "${APT_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    if [[ " ${missing[*]} " == *" openssh-server "* ]] && [ -d /run/systemd/system ]; then
-      # The lab starts its own sshd in each node's namespace; installing the
-      # package must not also open port 22 on this machine.
-      systemctl mask --quiet ssh.service ssh.socket
+    if [ -d /run/systemd/system ]; then
+      # The lab starts its own sshd and proxies in each node's namespace;
+      # installing the packages must not also open ports on this machine.
+      for unit in openssh-server:ssh.service openssh-server:ssh.socket \
+                  nginx:nginx.service haproxy:haproxy.service; do
+        case " ${missing[*]} " in
+          *" ${unit%%:*} "*) systemctl mask --quiet "${unit#*:}" ;;
+        esac
+      done
     fi
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
@@ -90,14 +99,17 @@ case "${1:-}" in
     setup
     exec .venv/bin/lbctl lab demo "${@:2}" ;;
   test)
-    setup
+    setup "${BENCH_PACKAGES[@]}"   # the netns suite runs the data-plane benchmark at its smallest
     .venv/bin/python -m pytest tests -q
     # The slowest tests are named at the end: the suite has a time budget.
     # A test still running after 15 minutes (the slowest takes about 4) has
     # every thread's stack printed, so a hang shows where it is.
     exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider \
       --durations=15 -o faulthandler_timeout=900 ;;
+  bench)
+    setup "${BENCH_PACKAGES[@]}"
+    exec .venv/bin/python bench/run.py ;;
   *)
-    sed -n '2,12p' "$0" >&2
+    sed -n '2,13p' "$0" >&2
     exit 2 ;;
 esac

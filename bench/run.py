@@ -1,0 +1,30 @@
+"""`./dev.sh bench`: every benchmark in one lab VM (bench/all.py), then their
+sections into docs/benchmarks.md.  Run here, outside the VM, because what
+the VM writes is gone when it powers off; its output is what comes back."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from report import write_sections
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "benchmarks.md"
+
+
+def main():
+    proc = subprocess.Popen([sys.executable, "-m", "lbctl.lab.vm", "--", sys.executable,
+                             str(REPO / "bench" / "all.py")],
+                            cwd=REPO, stdout=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:
+        sys.stdout.write(line)
+        lines.append(line.rstrip("\r\n"))  # the VM's console ends lines with \r\n
+    status = proc.wait()
+    written = write_sections(DOC, "\n".join(lines))
+    print(f"\nbench: {', '.join(written) or 'no section'} written to {DOC.relative_to(REPO)}")
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
