@@ -332,3 +332,15 @@ def test_as_a_client_replies_must_come_from_a_worker_not_the_balancer():
                           None, "eth0", "cluster.yaml")
     assert [(f.node, f.check) for f in found] == [("lb1", "vip-not-serving")]
     assert "Connection refused" in found[0].problem and "this host's eth0" in found[0].evidence
+
+
+def test_a_balancer_whose_file_names_an_interface_it_lacks_is_told_its_real_one():
+    from lbctl.commands.doctor import _interface_missing
+
+    facts = balancer()
+    facts.links = {"lo": {}, "end0": {}}
+    addresses = [(IPv4Address("192.168.100.2"), 24, "end0")]
+    found = _interface_missing(cluster_from(), "lb1", "eth0", facts, addresses)
+    assert (found.node, found.check) == ("lb1", "interface-missing")
+    assert "lo, end0" not in found.evidence and "end0, lo" in found.evidence
+    assert found.fix.startswith("set `interface: end0` for lb1 in the file")

@@ -17,8 +17,12 @@ def run(args, out):
                                                                                    addresses)
     facts = host.gather()
     link = facts.links.get(ifname)
-    if link is None:
-        raise NodeError(f"doctor: interface {ifname} does not exist on this host")
+    if link is None:  # every other check reads that interface
+        found = [_interface_missing(cluster, here, ifname, facts, addresses)]
+        out.write((format_json if args.json else format_text)(
+            cluster.name, f"balancer {here}", found,
+            [NotRun("all others", f"they read interface {ifname}, which this host lacks")]))
+        return 1
     findings, not_run = [], []
     if here is None:
         where = f"a host that is no node of the file ({ifname})"
@@ -72,6 +76,20 @@ def _this_node(cluster, addresses, requested):
     if requested is None and not local & set(cluster.node_names_by_address()):
         return None
     return find_node(cluster, local, requested)
+
+
+def _interface_missing(cluster, here, ifname, facts, addresses):
+    from lbctl.doctor.report import Finding
+    from lbctl.observe import interface_of
+
+    actual = interface_of(addresses, _node_address(cluster, here))
+    return Finding(
+        here, "interface-missing",
+        f"has no interface {ifname}, which the file names as its LAN interface",
+        f"this host's interfaces: {', '.join(sorted(facts.links))}",
+        f"set `interface: {actual}` for {here} in the file (the same NIC has other names "
+        "on other images: eth0, end0, enp1s0)" if actual else
+        f"name {here}'s LAN interface under `interface:` in the file")
 
 
 def _node_address(cluster, name):
