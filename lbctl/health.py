@@ -2,7 +2,7 @@
 
 keepalived's notify hooks (keepalived/lbctl-notify) leave one small file per
 event in the cluster's state folder: "health.SERVICE@WORKER" and "vrrp", each
-holding "STATE EPOCH-SECONDS".  Reading them is all `status` and `apply` need.
+holding "STATE EPOCH-SECONDS" and the hook's own start ("TICKS PID").  Reading them is all `status` and `apply` need.
 """
 
 import math
@@ -44,7 +44,9 @@ def read_state_dir(path):
             continue
         text = read_hook_file(os.path.join(path, name), owners)
         try:
-            state, since = text.split()
+            # "STATE EPOCH", then (from lbctl 0.2's hooks on) the hook's start
+            # "TICKS PID", which orders the hooks and is not read here.
+            state, since, *_order = text.split()
             since = float(since)
         except (AttributeError, ValueError):
             continue  # absent, not a hook's file, or a hook is writing it right now

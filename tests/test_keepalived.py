@@ -443,8 +443,8 @@ def test_the_notify_hook_records_state_and_time(tmp_path):
     found = read_state_dir(str(tmp_path))
     assert found["health.web@pi1"].state == "down" and found["vrrp"].state == "MASTER"
     assert sorted(os.listdir(tmp_path)) == [
-        ".health.lock", ".seq.health.web@pi1", ".seq.vrrp", ".vrrp.lock", "health.web@pi1",
-        "lbctl-notify", "vrrp", "vrrp.transitions"]
+        ".lock.health.web@pi1", ".lock.vrrp", "health.web@pi1", "lbctl-notify", "vrrp",
+        "vrrp.transitions"]
     # Role changes count into and out of MASTER, not the states keepalived
     # passes through as it stops and starts again as backup.
     for state in ("BACKUP", "STOP", "BACKUP", "MASTER"):
@@ -469,18 +469,19 @@ def test_a_hook_started_before_the_one_on_record_changes_nothing(tmp_path):
 
     hook("vrrp", "INSTANCE", "lbctl_pi-web", "BACKUP", "150")
     hook("health", "web", "pi1", "up")
-    ticks, pid = (tmp_path / ".seq.vrrp").read_text().split()
-    assert int(ticks) > 0 and int(pid) > 0
-    later = f"{int(ticks) + 100} 1\n"  # a hook forked a second later wrote these
-    (tmp_path / ".seq.vrrp").write_text(later)
-    (tmp_path / ".seq.health.web@pi1").write_text(later)
+    state, since, ticks, pid = (tmp_path / "vrrp").read_text().split()
+    assert state == "BACKUP" and int(ticks) > 0 and int(pid) > 0
+    # A hook forked a second later wrote these records.
+    for name in ("vrrp", "health.web@pi1"):
+        record = (tmp_path / name).read_text().split()
+        (tmp_path / name).write_text(f"{record[0]} {record[1]} {int(ticks) + 100} 1\n")
     hook("vrrp", "INSTANCE", "lbctl_pi-web", "MASTER", "150")
     hook("health", "web", "pi1", "down")
     found = read_state_dir(str(tmp_path))
     assert (found["vrrp"].state, found["health.web@pi1"].state) == ("BACKUP", "up")
     assert (tmp_path / "vrrp.transitions").read_text() == "0\n"
-    # A record that is not one (a damaged file) orders nothing.
-    (tmp_path / ".seq.vrrp").write_text("garbage\n")
+    # A record without its hook's start (as lbctl 0.1 wrote) orders nothing.
+    (tmp_path / "vrrp").write_text("BACKUP 1000.5\n")
     hook("vrrp", "INSTANCE", "lbctl_pi-web", "MASTER", "150")
     assert read_state_dir(str(tmp_path))["vrrp"].state == "MASTER"
 
