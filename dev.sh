@@ -101,11 +101,12 @@ case "${1:-}" in
   test)
     setup "${BENCH_PACKAGES[@]}"   # the netns suite runs the data-plane benchmark at its smallest
     .venv/bin/python -m pytest tests -q
-    # The slowest tests are named at the end: the suite has a time budget.
+    # The slowest tests, then the failed ones, are named at the end: the suite
+    # has a time budget, and a CI log shows only its tail.
     # A test still running after 15 minutes (the slowest takes about 4) has
     # every thread's stack printed, so a hang shows where it is.
     exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider \
-      --durations=15 -o faulthandler_timeout=900 ;;
+      --durations=15 -rfE -o faulthandler_timeout=900 ;;
   bench)
     setup "${BENCH_PACKAGES[@]}"
     exec .venv/bin/python bench/run.py ;;
