@@ -375,7 +375,7 @@ def grace_held(lab, node):
 def master_since(lab, node):
     """When the node's keepalived last became master (its notify hook's record)."""
     with open(os.path.join(lab.nodes[node].root, "run/lbctl/lab/state/vrrp")) as fh:
-        state, since = fh.read().split()
+        state, since = fh.read().split()[:2]  # then the hook's start, for its order
     assert state == "MASTER", state
     return float(since)
 
