@@ -28,6 +28,9 @@ APT_PACKAGES=(
 # The proxies bench/dataplane.py measures direct routing against, and GNU time
 # for the peak memory of one command.
 BENCH_PACKAGES=(haproxy pen nginx time)
+# The venv's extras: pytest for every command; matplotlib (the benchmarks'
+# plots) only where the benchmarks run.
+PIP_EXTRAS=test
 
 if [ "${1:-}" = wheel ]; then
   # The wheel to install on nodes: no root, no lab packages, only python3-venv.
@@ -85,7 +88,7 @@ setup() {
   fi
   # setuptools 77 or newer builds lbctl offline, as the lab's upgrade test does.
   .venv/bin/python -m pip install -q --upgrade pip 'setuptools>=77'
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e ".[$PIP_EXTRAS]"
   # An editable install leaves lbctl without bytecode, and where
   # PYTHONDONTWRITEBYTECODE is set nothing writes it: every lbctl command
   # (hundreds in the lab, each a new process) would compile lbctl again.
@@ -99,7 +102,8 @@ case "${1:-}" in
     setup
     exec .venv/bin/lbctl lab demo "${@:2}" ;;
   test)
-    setup "${BENCH_PACKAGES[@]}"   # the netns suite runs the data-plane benchmark at its smallest
+    PIP_EXTRAS=test,bench
+    setup "${BENCH_PACKAGES[@]}"   # the netns suite runs the benchmarks at their smallest
     .venv/bin/python -m pytest tests -q
     # The slowest tests, then the failed ones, are named at the end: the suite
     # has a time budget, and a CI log shows only its tail.
@@ -108,6 +112,7 @@ case "${1:-}" in
     exec .venv/bin/python -m lbctl.lab.vm -- .venv/bin/python -m pytest netns-tests -q -p no:cacheprovider \
       --durations=15 -rfE -o faulthandler_timeout=900 ;;
   bench)
+    PIP_EXTRAS=test,bench
     setup "${BENCH_PACKAGES[@]}"
     exec .venv/bin/python bench/run.py ;;
   *)

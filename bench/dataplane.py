@@ -40,6 +40,8 @@ import yaml
 
 from lbctl.config import load_cluster
 from lbctl.lab.topology import BLOB_BYTES, Lab
+from lab_apply import apply_everywhere
+from plots import data_line, image_link
 from report import machine, section
 
 VIP = "192.168.100.10"
@@ -216,9 +218,7 @@ def main():
         cap_links(lab, ["lb1", *used], args.rate)
         # Every used worker holds the VIP from the start; the balancer then
         # takes each count of them in turn.
-        for name, result in lab.apply_all(every).items():
-            if result.returncode != 0:
-                raise SystemExit(f"bench: apply on {name}: {result.stdout}{result.stderr}")
+        apply_everywhere(lab, every)
         print(f"links capped at {args.rate} Mbit/s both ways; {args.seconds} s per figure; "
               f"{BLOB_BYTES >> 20} MiB downloads, two in flight per worker", flush=True)
         for count in dr_counts:
@@ -247,7 +247,9 @@ def main():
             f"`bench/dataplane.py`, {machine()}.  Every link (the balancer's and each "
             f"worker's) capped at {args.rate} Mbit/s both ways, the client's not; "
             f"{args.seconds} s of 1 MiB downloads per figure, two in flight per worker.\n\n"
-            f"{table(rows, link_rate)}\n\n{summary(rows, link_rate)}")
+            f"{table(rows, link_rate)}\n\n{summary(rows, link_rate)}\n\n"
+            + image_link("bench/dataplane.py", "throughput against workers"))
+    print(data_line("bench/dataplane.py", {"link_rate": link_rate, "rows": rows}), flush=True)
     print("\n" + section("bench/dataplane.py", text), flush=True)
     return 0
 

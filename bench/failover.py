@@ -1,29 +1,48 @@
-"""Failover, measured: lbctl's pair against keepalived's defaults, and the two
-ways to keep connections alive across a failover, in the same run.
+"""Failover and health, as distributions: lbctl's defaults, its fast settings,
+and a plain keepalived.conf with keepalived's own defaults, in one run.
 
-Builds a pair of balancers and three workers in network namespaces and, for
-each variant, applies the cluster, then cuts the master's link under load:
+Builds two balancers, eight workers and a client in network namespaces.  For
+each configuration:
 
-  gap        a request every 50 ms (0.5 s each): from the cut to the first
-             answer from the backup, and the requests that failed
-  survival   100 downloads of 1 MiB read at 64 KiB/s, in flight across the
-             failover and the failback: how many arrive complete
+  failover    a request every 50 ms (each given 0.5 s) while the cable of the
+              balancer holding the VIP is pulled; from the cut to the first
+              answer from the other, and the requests that failed.  The cable
+              goes back in and the pair settles before the next run.
+  detection   the web servers of all eight workers killed, each at its own
+              random moment; from each kill until the worker has left the
+              pool of the balancer holding the VIP (weight 0, or deleted).
+              Then they are restarted and return.
+  survival    100 downloads of 1 MiB read at 64 KiB/s, in flight across one
+              failover: how many arrive complete.
 
-Variants:
-  lbctl           lbctl's settings: VRRPv3 advert 200 ms, unicast, sync daemon
-  lbctl fast      the same with a 100 ms advert
-  keepalived      keepalived's defaults: 1 s advert, no sync daemon (wlc)
-  stateless       mh scheduler, sloppy_tcp, no sync daemon (the alternative
-                  to syncing connections)
+Configurations:
+  lbctl defaults        advert 200 ms, unicast, sync daemon; health `steady`
+                        (2 s interval, 1 s timeout, 2 retries)
+  lbctl fast            advert 100 ms; health `fast` (1 s, 500 ms, 1 retry)
+  keepalived defaults   keepalived.conf as its manual's defaults leave it:
+                        VRRPv2 multicast, 1 s advert; HTTP_GET with a 60 s
+                        delay_loop, 5 s connect_timeout, 1 retry 3 s later;
+                        no sync daemon
+  stateless             (survival only) lbctl with the mh scheduler,
+                        sloppy_tcp and no sync daemon: the alternative to
+                        syncing connections
 
 Needs a kernel with IPVS; elsewhere run it as
     python -m lbctl.lab.vm -- .venv/bin/python bench/failover.py
-The lab VM may be emulated: compare the variants, not the absolute times.
+The lab VM may be emulated: compare the configurations, not the absolute
+times.  It prints its section of docs/benchmarks.md last.
 """
 
-import copy
+import argparse
+import math
+import random
+import shutil
+import signal
+import statistics
+import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,78 +51,336 @@ import yaml
 from lbctl.config import load_cluster
 from lbctl.lab.topology import Lab
 from lbctl.lab.traffic import summarize
+from lab_apply import apply_everywhere
+from plots import data_line, image_link
+from report import machine, section
 
+HERE = Path(__file__).resolve().parent
 VIP = "192.168.100.10"
-PAIR = {
-    "cluster": "bench",
-    "balancers": {"lb1": {"address": "192.168.100.2", "interface": "eth0", "priority": 150},
-                  "lb2": {"address": "192.168.100.5", "interface": "eth0", "priority": 100}},
-    "workers": {"pi1": {"address": "192.168.100.3"}, "pi2": {"address": "192.168.100.4"},
-                "pi3": {"address": "192.168.100.6"}},
-    "services": {"web": {"vip": VIP, "port": 80, "scheduler": "wlc",
-                         "health": {"http": {"path": "/index.html"}}}},
-}
+BALANCERS = {"lb1": ("192.168.100.2", 150), "lb2": ("192.168.100.3", 100)}
+WORKERS = {f"pi{n}": f"192.168.100.{10 + n}" for n in range(1, 9)}  # --workers takes the first N
 
 
-def variant(advert="200ms", scheduler="wlc"):
-    spec = copy.deepcopy(PAIR)
-    # This benchmark measures the failback too, so the master takes back over.
-    spec["vrrp"] = {"advert_interval": advert, "preempt": True}
-    spec["services"]["web"]["scheduler"] = scheduler
-    return spec
+def lbctl_spec(workers, advert="200ms", health=None, scheduler="wlc"):
+    return {
+        "cluster": "failover",
+        "vrrp": {"advert_interval": advert},
+        "balancers": {name: {"address": address, "interface": "eth0", "priority": priority}
+                      for name, (address, priority) in BALANCERS.items()},
+        "workers": {name: {"address": address} for name, address in workers.items()},
+        "services": {"web": {"vip": VIP, "port": 80, "scheduler": scheduler,
+                             "health": {"http": {"path": "/index.html"}, **(health or {})}}},
+    }
 
 
-VARIANTS = [
-    ("lbctl", variant(), "sync"),
-    ("lbctl fast", variant("100ms"), "sync"),
-    ("keepalived", variant("1s"), "none"),
-    ("stateless", variant(scheduler="mh"), "sloppy"),
-]
+def plain_keepalived_conf(name, workers):
+    """What an operator writes from keepalived's manual, every timer left at
+    its default."""
+    address, priority = BALANCERS[name]
+    top = max(p for _, p in BALANCERS.values())
+    reals = "".join(f"    real_server {a} 80 {{\n        HTTP_GET {{\n            url {{\n"
+                    f"                path /index.html\n                status_code 200\n"
+                    f"            }}\n        }}\n    }}\n" for a in workers.values())
+    return (f"global_defs {{\n    router_id {name}\n}}\n"
+            f"vrrp_instance web {{\n    state {'MASTER' if priority == top else 'BACKUP'}\n"
+            f"    interface eth0\n    virtual_router_id 51\n    priority {priority}\n"
+            f"    virtual_ipaddress {{\n        {VIP}/32\n    }}\n}}\n"
+            f"virtual_server {VIP} 80 {{\n    lb_algo wlc\n    lb_kind DR\n"
+            f"    protocol TCP\n{reals}}}\n")
 
 
-def prepare(lab, connections):
-    """Switch the pair to the connection mechanism being measured."""
-    for node in ("lb1", "lb2"):
-        if connections != "sync":
-            for state in ("master", "backup"):
-                lab.sh(node, ["ipvsadm", "--stop-daemon", state], check=False)
-        lab.sh(node, ["sysctl", "-q", "-w",
-                      f"net.ipv4.vs.sloppy_tcp={int(connections == 'sloppy')}"])
+# -- the pair -------------------------------------------------------------------
+def lab_workers(lab):
+    """{worker name: address} of the workers in the lab."""
+    return {name: str(w.address) for name, w in lab.cluster.workers.items()}
 
 
-def measure(lab, path, connections):
-    for node, result in lab.apply_all(path, extra=("--force",)).items():
-        if result.returncode != 0:
-            raise SystemExit(f"{node}: {result.stdout}{result.stderr}")
-    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
-    prepare(lab, connections)
-    load = lab.traffic("load", VIP, "--seconds", 8, "--interval", 0.05, "--timeout", 0.5)
-    time.sleep(2)
-    cut, _ = lab.cut_master("lb1", "lb2", seconds_down=3)
-    summary = summarize([r for r in lab.finish(load) if r[0] < cut + 4], cut)
-    downloads = lab.traffic("downloads", VIP, "--count", 100, "--rate", 64 * 1024)
+def holders(lab):
+    """The balancers that hold the VIP on their LAN interface."""
+    return [name for name in BALANCERS
+            if f" {VIP}/" in lab.sh(name, ["ip", "-4", "-o", "address", "show", "dev", "eth0"],
+                                    check=False).stdout]
+
+
+def settled_holder(lab, advert, timeout=90):
+    """The one balancer holding the VIP, once one alone has held it for a few
+    adverts (a preempting master takes back over some seconds after its
+    cable returns)."""
+    quiet = 4 * advert + 1
+    deadline = time.monotonic() + timeout
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        now = holders(lab)
+        current = now[0] if len(now) == 1 else None
+        if current != last:
+            last, since = current, time.monotonic()
+        elif current and time.monotonic() - since >= quiet:
+            return current
+        time.sleep(0.1)
+    raise SystemExit(f"bench: no single balancer settled holding {VIP} (now {holders(lab)})")
+
+
+def start_plain_keepalived(lab, workdir):
+    """lbctl's keepalived stopped and each balancer's namespace made anew (no
+    IPVS table, no address, no nftables left), then keepalived on its own."""
+    procs = []
+    for name in BALANCERS:
+        lab.kill_keepalived(name, signal.SIGTERM)
+        lab.wire(name)
+        conf = workdir / f"{name}-keepalived.conf"
+        conf.write_text(plain_keepalived_conf(name, lab_workers(lab)))
+        check = lab.sh(name, ["keepalived", "--config-test", "--use-file", str(conf)],
+                       check=False)
+        if check.returncode != 0:
+            raise SystemExit(f"bench: keepalived refuses {conf}: {check.stderr}")
+        procs.append(lab.spawn(name, [
+            "keepalived", "--dont-fork", "--log-console", "--no-syslog", "--use-file", str(conf),
+            *(arg for kind in ("pid", "vrrp_pid", "checkers_pid")
+              for arg in (f"--{kind}", str(workdir / f"{name}-{kind}")))]))
+    return procs
+
+
+# -- failover ---------------------------------------------------------------------
+def failover(lab, advert):
+    """One cut of the VIP holder's cable under load: (seconds until the VIP
+    answered again or None, failed requests, requests)."""
+    holder = settled_holder(lab, advert)
+    window = max(4.0, 6 * advert + 2)
+    load = lab.traffic("load", VIP, "--seconds", 1.5 + window, "--interval", 0.05,
+                       "--timeout", 0.5)
+    time.sleep(1.5)
+    lab.set_link(holder, False)
+    cut = time.time()
+    records = [r for r in lab.finish(load) if r[0] < cut + window]
+    lab.set_link(holder, True)
+    seen = summarize(records, cut)
+    return seen["gap"], seen["failed"], seen["requests"]
+
+
+def survival(lab, advert, count):
+    """`count` slow downloads across one failover: how many arrived complete."""
+    holder = settled_holder(lab, advert)
+    downloads = lab.traffic("downloads", VIP, "--count", count, "--rate", 64 * 1024,
+                            "--timeout", 300)
     time.sleep(3)
-    lab.cut_master("lb1", "lb2", seconds_down=2)
+    lab.set_link(holder, False)
+    time.sleep(3 + 4 * advert)
+    lab.set_link(holder, True)
     results = lab.finish(downloads)
-    complete = sum(r["ok"] for r in results)
-    return summary, complete, len(results)
+    return sum(r["ok"] for r in results), len(results)
+
+
+# -- detection ---------------------------------------------------------------------
+class PoolWatch:
+    """bench/pool_watch.py in a balancer's namespace, its lines kept as they come."""
+
+    def __init__(self, lab, node):
+        self.changes = []  # (epoch, {worker address, ...})
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", lab.nodes[node].netns, sys.executable,
+             str(HERE / "pool_watch.py"), VIP, "80"], stdout=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            when, *live = line.split()
+            self.changes.append((float(when), {e.rsplit(":", 1)[0] for e in live}))
+
+    def live(self):
+        return self.changes[-1][1] if self.changes else set()
+
+    def left_at(self, address, after):
+        """When `address` was first seen out of the pool after `after`."""
+        for when, live in self.changes:
+            if when >= after and address not in live:
+                return when
+        return None
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=10)
+        self.reader.join(timeout=5)
+
+
+def detection_round(lab, advert, spread=5.0, timeout=150):
+    """Every worker's web server killed at its own random moment: the seconds
+    each took to leave the pool."""
+    watch = PoolWatch(lab, settled_holder(lab, advert))
+    workers = lab_workers(lab)
+    addresses = set(workers.values())
+    try:
+        lab.wait_for(lambda: watch.live() >= addresses, timeout=timeout,
+                     what="every worker in the pool")
+        start = time.time()
+        killed = {}
+        for name, offset in sorted(((n, random.uniform(0, spread)) for n in workers),
+                                   key=lambda item: item[1]):
+            time.sleep(max(0.0, start + offset - time.time()))
+            lab.web_server(name).kill()
+            killed[workers[name]] = time.time()
+        lab.wait_for(lambda: not watch.live() & addresses, timeout=timeout,
+                     what="every worker out of the pool")
+        samples = [watch.left_at(address, at) - at for address, at in killed.items()]
+    finally:
+        for name in workers:
+            lab.web_server(name).wait()
+            lab.ensure_web_server(name)
+        lab.wait_for(lambda: watch.live() >= addresses, timeout=timeout,
+                     what="every worker back in the pool")
+        watch.stop()
+    return samples
+
+
+# -- the run -----------------------------------------------------------------------
+def stop_sync_daemons(lab):
+    """The stateless variant keeps no connection table in step."""
+    for node in BALANCERS:
+        for state in ("master", "backup"):
+            lab.sh(node, ["ipvsadm", "--stop-daemon", state], check=False)
+        lab.sh(node, ["sysctl", "-q", "-w", "net.ipv4.vs.sloppy_tcp=1"])
+
+
+def measure(lab, name, advert, runs, rounds, downloads, log):
+    figures = {"failover": [], "failed": [], "requests": 0, "detection": []}
+    for run in range(runs):
+        gap, failed, requests = failover(lab, advert)
+        figures["failover"].append(gap)
+        figures["failed"].append(failed)
+        figures["requests"] += requests
+        log(f"{name}: failover {run + 1}/{runs}: "
+            f"{'never' if gap is None else f'{gap:.2f} s'}, {failed} of {requests} failed")
+    for run in range(rounds):
+        samples = detection_round(lab, advert)
+        figures["detection"] += samples
+        log(f"{name}: detection round {run + 1}/{rounds}: "
+            + " ".join(f"{s:.2f}" for s in sorted(samples)))
+    figures["survived"], figures["downloads"] = survival(lab, advert, downloads)
+    log(f"{name}: {figures['survived']} of {figures['downloads']} downloads complete")
+    return figures
+
+
+def percentile(values, share):
+    """The nearest-rank percentile; None (never) sorts last."""
+    ranked = sorted(values, key=lambda v: math.inf if v is None else v)
+    return ranked[max(0, math.ceil(share * len(ranked)) - 1)]
+
+
+def seconds(value):
+    return "never" if value is None else f"{value:.2f} s"
+
+
+def distribution(values):
+    return " | ".join(seconds(percentile(values, q)) for q in (0.5, 0.95, 1.0))
+
+
+def report(results, runs):
+    lines = ["| configuration | VIP answers again: median | p95 | max | failed requests "
+             "per run: median | max | worker out of the pool: median | p95 | max | "
+             "downloads across a failover, complete |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, f in results.items():
+        if not f["failover"]:
+            lines.append(f"| {name} | | | | | | | | | {f['survived']} of {f['downloads']} |")
+            continue
+        lines.append(f"| {name} | {distribution(f['failover'])} | "
+                     f"{statistics.median(f['failed']):g} | {max(f['failed'])} | "
+                     f"{distribution(f['detection'])} | {f['survived']} of {f['downloads']} |")
+    fast, plain = results.get("lbctl fast"), results.get("keepalived defaults")
+    notes = []
+    if fast:
+        p95 = percentile(fast["failover"], 0.95)
+        notes.append(f"- lbctl fast: failover p95 {seconds(p95)} (target 0.5 s or less: "
+                     f"{'met' if p95 is not None and p95 <= 0.5 else 'not met'}); "
+                     f"detection p95 {seconds(percentile(fast['detection'], 0.95))} "
+                     f"(target 1 s or less: "
+                     f"{'met' if percentile(fast['detection'], 0.95) <= 1 else 'not met'}).")
+    for name in ("lbctl defaults", "lbctl fast"):
+        mine = results.get(name)
+        if mine and plain and None not in mine["failover"] + plain["failover"]:
+            notes.append(
+                f"- {name} against keepalived's defaults, median for median: the VIP back "
+                f"{statistics.median(plain['failover']) / statistics.median(mine['failover']):.1f}x"
+                f" sooner, a dead worker out "
+                f"{statistics.median(plain['detection']) / statistics.median(mine['detection']):.1f}x"
+                " sooner.")
+    samples = max(len(f["detection"]) for f in results.values())
+    return (f"{runs} failovers and {samples} detections per configuration.\n\n"
+            + "\n".join(lines) + "\n\n" + "\n".join(notes))
 
 
 def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20,
+                        help="failovers per configuration, and at least as many "
+                             "detections (default 20)")
+    parser.add_argument("--configurations", default="lbctl defaults,lbctl fast,"
+                                                    "keepalived defaults,stateless")
+    parser.add_argument("--workers", type=int, default=len(WORKERS),
+                        help=f"workers in the lab, 1 to {len(WORKERS)} (default {len(WORKERS)})")
+    parser.add_argument("--downloads", type=int, default=100,
+                        help="downloads in flight across the survival failover (default 100)")
+    args = parser.parse_args()
+    chosen = [c for c in args.configurations.split(",") if c]
+    known = ("lbctl defaults", "lbctl fast", "keepalived defaults", "stateless")
+    if set(chosen) - set(known) or args.runs < 1 or not 1 <= args.workers <= len(WORKERS):
+        parser.error(f"configurations are {', '.join(known)}; runs at least 1; "
+                     f"workers 1 to {len(WORKERS)}")
+    workers = dict(list(WORKERS.items())[:args.workers])
+    rounds = math.ceil(args.runs / len(workers))
+
+    def log(line):
+        print(line, flush=True)
+
     workdir = Path(tempfile.mkdtemp(prefix="lbctl-bench-", dir="/run"))
-    files = []
-    for name, spec, _ in VARIANTS:
-        path = workdir / f"{name.replace(' ', '-')}.yaml"
-        path.write_text(yaml.safe_dump(spec, sort_keys=False))
-        files.append(path)
-    print(f"{'variant':<12} {'VIP back after':>15} {'failed requests':>16} "
-          f"{'downloads complete':>19}")
-    with Lab(load_cluster(files[0]), files[0]) as lab:
-        for (name, _, connections), path in zip(VARIANTS, files):
-            summary, complete, total = measure(lab, path, connections)
-            gap = "never" if summary["gap"] is None else f"{summary['gap']:.2f} s"
-            print(f"{name:<12} {gap:>15} {summary['failed']:>8}/{summary['requests']:<7} "
-                  f"{complete:>11}/{total}", flush=True)
+    specs = {"lbctl defaults": lbctl_spec(workers),
+             "lbctl fast": lbctl_spec(workers, "100ms", {"profile": "fast"}),
+             "stateless": lbctl_spec(workers, scheduler="mh")}
+    files = {}
+    for name, spec in specs.items():
+        files[name] = workdir / f"{name.replace(' ', '-')}.yaml"
+        files[name].write_text(yaml.safe_dump(spec, sort_keys=False))
+    results = {}
+    lab = Lab(load_cluster(files["lbctl defaults"]), files["lbctl defaults"], prefix="fo")
+    plain = []
+    try:
+        lab.build()
+        # The workers keep lbctl's VIP on lo and ARP settings throughout: direct
+        # routing needs them whoever runs the balancers.
+        apply_everywhere(lab, files["lbctl defaults"], ("--force",))
+        for name in (c for c in known if c in chosen and c != "keepalived defaults"):
+            apply_everywhere(lab, files[name], ("--force",))
+            advert = 0.1 if name == "lbctl fast" else 0.2
+            if name == "stateless":
+                stop_sync_daemons(lab)
+                results[name] = {"failover": [], "detection": [], "downloads": args.downloads}
+                results[name]["survived"], _ = survival(lab, advert, args.downloads)
+                log(f"{name}: {results[name]['survived']} of {args.downloads} downloads complete")
+            else:
+                results[name] = measure(lab, name, advert, args.runs, rounds, args.downloads, log)
+        if "keepalived defaults" in chosen:
+            plain = start_plain_keepalived(lab, workdir)
+            results["keepalived defaults"] = measure(lab, "keepalived defaults", 1.0,
+                                                     args.runs, rounds, args.downloads, log)
+    finally:
+        for proc in plain:
+            proc.terminate()
+            proc.wait(timeout=15)
+        lab.teardown()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(data_line("bench/failover.py", results), flush=True)
+    text = ("## Failover and health: lbctl against keepalived's defaults\n\n"
+            f"`bench/failover.py`, {machine()}.  A pair of balancers and {len(workers)} "
+            "workers.  "
+            "Failover: a request every 50 ms (each given 0.5 s) while the VIP holder's "
+            "cable is pulled.  Detection: each worker's web server killed at a random "
+            "moment, timed until the worker leaves the pool.  Survival: "
+            f"{args.downloads} downloads of 1 MiB at 64 KiB/s across one failover.  keepalived's defaults: advert 1 s, "
+            "HTTP_GET every 60 s, retried once after 3 s, no sync daemon; stateless: mh, "
+            "sloppy_tcp, no sync daemon.\n\n" + report(
+                {n: results[n] for n in known if n in results}, args.runs)
+            + "\n\n" + image_link("bench/failover.py", "failover and detection times"))
+    print("\n" + section("bench/failover.py", text), flush=True)
     return 0
 
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from plots import draw_all
 from report import write_sections
 
 REPO = Path(__file__).resolve().parent.parent
@@ -21,8 +22,11 @@ def main():
         sys.stdout.write(line)
         lines.append(line.rstrip("\r\n"))  # the VM's console ends lines with \r\n
     status = proc.wait()
-    written = write_sections(DOC, "\n".join(lines))
+    output = "\n".join(lines)
+    written = write_sections(DOC, output)
     print(f"\nbench: {', '.join(written) or 'no section'} written to {DOC.relative_to(REPO)}")
+    for plot in draw_all(output, DOC.parent):
+        print(f"bench: {plot.relative_to(REPO)} drawn")
     return status
 
 

@@ -1,9 +1,11 @@
-"""The data-plane benchmark at its smallest, so CI proves it still runs.
+"""The benchmarks at their smallest, so CI proves they still run.
 
-Its figures are not asserted (a rate in an emulated VM is no test); the
-bytes are: they are what direct routing is about.  With direct routing the
-balancer receives only the requests and the client's ACKs, while a proxy
-receives every response byte from a worker before it sends it on.
+Their figures are not asserted where a rate or a time in an emulated VM
+would be no test.  What follows from how the data plane works is: with
+direct routing the balancer receives only the requests and the client's
+ACKs, while a proxy receives every response byte from a worker; a least-
+connection scheduler sends a slow worker less than round robin does; a
+failover with the connection sync daemon loses no download.
 """
 
 import re
@@ -14,32 +16,62 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def rows(markdown):
-    """{path: {"share": received per response byte, "failed": N}} of the table."""
-    found = {}
-    for line in markdown.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 7 and cells[1].isdigit():
-            complete, failed = re.fullmatch(r"(\d+) \((\d+)\)", cells[6]).groups()
-            found[cells[0]] = {"share": float(cells[5].rstrip("%")) / 100,
-                               "complete": int(complete), "failed": int(failed)}
-    return found
-
-
-def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "bench/dataplane.py", "--workers", "2", "--proxy-workers", "2",
-         "--seconds", "3"], cwd=REPO, capture_output=True, text=True, timeout=900)
+def run_bench(script, tmp_path, *args):
+    """The benchmark's section, as bench/run.py writes it into the document."""
+    done = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
-    # The section it prints is what bench/run.py writes into the document.
     sys.path.insert(0, str(REPO / "bench"))
+    from plots import draw_all, image_name
     from report import write_sections
 
     doc = tmp_path / "benchmarks.md"
     doc.write_text("# Benchmarks\n\nkept as it was\n")
-    assert write_sections(doc, done.stdout) == ["bench/dataplane.py"]
+    assert write_sections(doc, done.stdout) == [f"bench/{script}"]
     text = doc.read_text()
-    assert text.startswith("# Benchmarks\n\nkept as it was\n\n<!-- bench/dataplane.py: start")
+    assert text.startswith(f"# Benchmarks\n\nkept as it was\n\n<!-- bench/{script}: start")
+    # Its plot, drawn from the same run, is where the section links it.
+    plot = tmp_path / image_name(script)
+    assert draw_all(done.stdout, tmp_path) == [plot]
+    assert f"]({image_name(script)})" in text
+    assert plot.read_bytes().startswith(b"\x89PNG") and plot.stat().st_size > 5000
+    return text
+
+
+def table_rows(markdown, columns):
+    """{first cell: [cells]} of the rows under the header of each table with `columns` cells."""
+    found, under_header = {}, False
+    for line in markdown.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if not line.startswith("|") or len(cells) != columns:
+            under_header = False
+        elif all(set(c) == {"-"} for c in cells):
+            under_header = True
+        elif under_header:
+            found[cells[0]] = cells
+    return found
+
+
+def requests(cell):
+    """(complete, failed) of a "N (F)" cell."""
+    complete, failed = re.fullmatch(r"(\d+) \((\d+)\)", cell).groups()
+    return int(complete), int(failed)
+
+
+def rows(markdown):
+    """{path: {"share": received per response byte, "failed": N}} of the table."""
+    found = {}
+    for path, cells in table_rows(markdown, 7).items():
+        if cells[1].isdigit():
+            complete, failed = requests(cells[6])
+            found[path] = {"share": float(cells[5].rstrip("%")) / 100,
+                           "complete": complete, "failed": failed}
+    return found
+
+
+def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp_path):
+    text = run_bench("dataplane.py", tmp_path, "--workers", "2", "--proxy-workers", "2",
+                     "--seconds", "3")
     measured = rows(text)
     assert set(measured) == {"direct routing", "haproxy", "pen", "nginx"}, text
     for path, m in measured.items():
@@ -47,3 +79,31 @@ def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp
     assert measured["direct routing"]["share"] < 0.05, text
     for proxy in ("haproxy", "pen", "nginx"):
         assert measured[proxy]["share"] > 1.0, text
+
+
+def test_the_scheduler_benchmark_shows_least_connection_sparing_the_slow_worker(tmp_path):
+    text = run_bench("schedulers.py", tmp_path, "--schedulers", "rr,lc", "--seconds", "4")
+    measured = table_rows(text, 7)
+    assert set(measured) == {"rr", "lc"}, text
+    share = {}
+    for scheduler, cells in measured.items():
+        complete, failed = requests(cells[6])
+        assert complete > 0 and failed == 0, text
+        share[scheduler] = float(cells[5].rstrip("%")) / 100
+    # Round robin gives each of the four workers a turn in four, whatever
+    # they take to answer; least-connection sees the slow one's connections
+    # pile up and sends it fewer.
+    assert 0.2 <= share["rr"] <= 0.3, text
+    assert share["lc"] < share["rr"], text
+
+
+def test_the_failover_benchmark_measures_a_failover_a_detection_and_no_lost_download(
+        tmp_path):
+    text = run_bench("failover.py", tmp_path, "--configurations", "lbctl fast", "--runs", "1",
+                     "--workers", "2", "--downloads", "10")
+    (cells,) = table_rows(text, 10).values()
+    assert cells[0] == "lbctl fast", text
+    failover, detection = cells[1], cells[6]
+    assert re.fullmatch(r"\d+\.\d\d s", failover) and float(failover[:-2]) < 5, text
+    assert re.fullmatch(r"\d+\.\d\d s", detection) and float(detection[:-2]) < 10, text
+    assert cells[9] == "10 of 10", text

@@ -60,6 +60,10 @@ class Lab:
         os.makedirs(root)
         self.nodes[name] = LabNode(name, role, address, f"{self.prefix}-{name}", root)
 
+    def add_client(self, name, address):
+        """Another client on the LAN, from an address of its own; before build()."""
+        self._add_node(name, "client", str(address))
+
     def _client_address(self):
         used = {a for a in self.cluster.node_names_by_address()} | set(self.cluster.vips)
         for host in reversed(list(self.cluster.network.hosts())):
