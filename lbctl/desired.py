@@ -174,6 +174,9 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
         state.external = vips  # VRRP moves them between the pair
     else:
         state.addresses = vips  # nothing to fail over to: lbctl holds them itself
+        # keepalived starts the pair's sync daemons, but a reload into a
+        # config without them leaves them running (only its stop ends them).
+        state.stray_sync = (interface, cluster.vrrp.router_id)
     # A single balancer's unit puts its VIPs back at boot; a pair's come from VRRP.
     boot_vips = [] if len(cluster.balancers) > 1 else sorted(vips)
     _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips))

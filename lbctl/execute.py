@@ -212,6 +212,8 @@ def _apply_local(adapters, changes, report):
                 adapters.sysctls.write(change.key, change.new)
             elif change.kind == "ipvs timeout":
                 adapters.ipvs.set_timeouts({change.key: change.new})
+            elif change.kind == "sync daemon":
+                adapters.ipvs.stop_sync_daemon(change.key)
             elif change.kind == "file":
                 if change.action == REMOVE:
                     adapters.files.remove(change.key)

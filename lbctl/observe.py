@@ -49,6 +49,8 @@ def observe(desired, owned, adapters, address_list, ipvs_table=None):
                     d.weight, d.forward, d.active, d.inactive)
     if adapters.ipvs is not None and (desired.timeouts or owned.timeouts):
         state.timeouts = adapters.ipvs.timeouts()
+    if adapters.ipvs is not None and desired.stray_sync is not None:
+        state.sync_daemons = adapters.ipvs.sync_daemons()
     for key in set(desired.sysctls) | set(owned.sysctls):
         value = adapters.sysctls.read(key)
         if value is not None:

@@ -148,6 +148,7 @@ def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_
         if path in observed.files:
             removes.append(Change(REMOVE, "file", path))
     removes += restores
+    removes += _stray_sync_daemons(desired, observed)
     # Last, after the VIPs have gone: a worker answers ARP again only once it
     # no longer holds a VIP.
     removes += _sysctl_restores(desired, observed, owned, shared_sysctls)
@@ -169,6 +170,21 @@ def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_
     if plan.deferred:
         plan.owned_after = plan.owned_before  # still ours until they are removed
     return plan
+
+
+def _stray_sync_daemons(desired, observed):
+    """The sync daemons a pair of this cluster ran, on a balancer now alone.
+
+    They would go on sending every connection to a peer that is gone, and
+    status would report a pair's sync on one balancer.
+    """
+    if desired.stray_sync is None:
+        return []
+    return [Change(REMOVE, "sync daemon", d.role, old=d,
+                   note=f" on {d.interface} syncid {d.syncid} (a pair's, and this balancer "
+                        "is alone)")
+            for d in sorted(observed.sync_daemons, key=lambda d: d.role)
+            if (d.interface, d.syncid) == desired.stray_sync]
 
 
 def _sysctl_restores(desired, observed, owned, shared=()):

@@ -106,6 +106,11 @@ class NodeState:
     # IPVS timeouts in seconds ({"tcp": 900, ...}): desired, the ones lbctl
     # sets itself; observed, the kernel's.
     timeouts: dict = field(default_factory=dict)
+    # Connection sync daemons.  Desired, on a keepalived balancer that is not
+    # in a pair: the (interface, syncid) a pair of this cluster runs them
+    # with, left behind when the pair became one.  Observed: those running.
+    stray_sync: tuple | None = None
+    sync_daemons: list = field(default_factory=list)  # [SyncDaemon]
 
 
 @dataclass

@@ -259,7 +259,10 @@ def test_a_vip_a_single_balancer_takes_over_is_announced_at_once(lab, pair):
 def test_a_pair_reloaded_as_one_balancer_keeps_its_vips(lab, pair):
     """lb2 leaves: lb1's keepalived reloads (it runs on, for the check) without
     its VRRP instance, and deletes that instance's VIPs as it does; lb1 must
-    hold them itself once apply returns."""
+    hold them itself once apply returns.  The reload leaves the pair's sync
+    daemons running; apply stops them."""
+    daemons = lab.sh("lb1", ["ipvsadm", "-L", "--daemon"]).stdout
+    assert "master sync daemon" in daemons and "backup sync daemon" in daemons, daemons
     running = lab.keepalived_pids("lb1")[0]
     lab.reset(edited(services=lambda s: {**s, "web": {**s["web"], "workers": ["pi1", "pi2"],
                                                       "health": WEB_HEALTH}}), "one-checked")
@@ -268,6 +271,7 @@ def test_a_pair_reloaded_as_one_balancer_keeps_its_vips(lab, pair):
     held = lab.sh("lb1", ["ip", "-4", "-o", "address", "show", "dev", "eth0"]).stdout
     assert WEB_VIP in held and DNS_VIP in held, held
     assert set(lab.ask_web(4)) == {"served by pi1", "served by pi2"}
+    assert lab.sh("lb1", ["ipvsadm", "-L", "--daemon"]).stdout == ""
 
 
 def test_a_master_cut_off_fails_over_and_back(lab, pair):

@@ -17,6 +17,7 @@ class FakeIpvs:
         self.log = []
         self.fail = {}  # (verb, target, key) -> errno
         self.kernel_timeouts = {"tcp": 900, "tcp_fin": 120, "udp": 300}
+        self.daemons = []  # [SyncDaemon]
 
     def dump(self):
         result = []
@@ -43,6 +44,13 @@ class FakeIpvs:
     def set_timeouts(self, timeouts):
         self.log.append(("set", "timeouts", str(sorted(timeouts.items()))))
         self.kernel_timeouts.update(timeouts)
+
+    def sync_daemons(self):
+        return list(self.daemons)
+
+    def stop_sync_daemon(self, role):
+        self.log.append(("stop", "sync daemon", role))
+        self.daemons = [d for d in self.daemons if d.role != role]
 
     def _apply(self, op):
         if op.target == "service":

@@ -174,3 +174,12 @@ def test_a_sync_daemon_dump_reads_role_interface_syncid_group_and_port():
               + nla(ipvs_wire.DAEMON_MCAST_TTL, b"\1"))
     assert ipvs_wire.parse_daemon(daemon) == {"state": 2, "interface": "eth0", "syncid": 51,
                                               "group": "224.0.0.81", "port": 8848}
+
+
+def test_stopping_a_sync_daemon_names_its_role_only():
+    msg = parse(ipvs_wire.message(42, 3, ipvs_wire.IPVS_CMD_DEL_DAEMON,
+                                  ipvs_wire.stop_daemon_attrs(ipvs_wire.IP_VS_STATE_BACKUP)))
+    assert msg["cmd"] == 10  # IPVS_CMD_DEL_DAEMON
+    # pyroute2 leaves this nest undecoded: one attribute, 8 bytes long, of
+    # type 1 (IPVS_DAEMON_ATTR_STATE), holding 2 (IP_VS_STATE_BACKUP).
+    assert msg.get_attr("IPVS_CMD_ATTR_DAEMON") == "08:00:01:00:02:00:00:00"

@@ -661,6 +661,28 @@ def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must
     assert vips_the_reload_drops(node.context(HEALTHY.replace("weight: 2", "weight: 3"))) == set()
 
 
+def test_a_pair_become_one_stops_the_sync_daemons_keepalived_leaves_running():
+    """keepalived's reload into a config without lvs_sync_daemon leaves the
+    pair's daemons running; only the cluster's own (interface and syncid) go."""
+    from lbctl.adapters.protocols import SyncDaemon
+
+    router_id = cluster_from(PAIR).vrrp.router_id
+    ours = SyncDaemon("master", "eth0", router_id, "224.0.0.81", 8848)
+    someone_elses = SyncDaemon("backup", "eth0", router_id % 255 + 1, "224.0.0.81", 8848)
+    node = Balancer()
+    node.apply(PAIR)
+    node.adapters.ipvs.daemons = [ours, someone_elses]
+    assert node.plan(PAIR).empty  # a pair's keepalived runs them
+
+    alone = node.plan(HEALTHY)
+    assert [(c.action, c.kind, c.key) for c in alone.changes][-1:] == [
+        ("remove", "sync daemon", "master")]
+    assert f"- sync daemon master on eth0 syncid {router_id} " in format_plan(alone)
+    node.apply(HEALTHY)
+    assert node.adapters.ipvs.daemons == [someone_elses]
+    assert node.plan(HEALTHY).empty
+
+
 def test_vips_keepalived_keeps_past_its_reload_are_an_error_not_a_silent_success():
     from lbctl.commands.apply import _wait_until_released
     from lbctl.state import Address

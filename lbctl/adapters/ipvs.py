@@ -4,6 +4,7 @@ Writes go out in batches on one socket (see run()) and dumps are parsed with
 struct, which keeps 1000 services x 10 real servers close to ipvsadm.
 """
 
+import errno
 import os
 import socket
 from ipaddress import IPv4Address
@@ -75,6 +76,20 @@ class IpvsNetlink:
             sock.close()
         return IpvsSnapshot([self._service(svc, dests) for svc, dests in table],
                             [self._sync_daemon(d) for d in daemons], timeouts)
+
+    def sync_daemons(self):
+        """The running connection sync daemons: [SyncDaemon]."""
+        return [self._sync_daemon(d)
+                for d in self._with_family(lambda sock, family: sock.sync_daemons(family))]
+
+    def stop_sync_daemon(self, role):
+        """Stop the "master" or "backup" sync daemon; one already stopped is done."""
+        state = {name: state for state, name in SYNC_ROLES.items()}[role]
+        try:
+            self._with_family(lambda sock, family: sock.stop_sync_daemon(family, state))
+        except OSError as exc:
+            if exc.errno != errno.ESRCH:  # the kernel's "no such daemon running"
+                raise
 
     @staticmethod
     def _sync_daemon(d):

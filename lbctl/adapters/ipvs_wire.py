@@ -27,7 +27,7 @@ IPVS_GENL_VERSION = 1
 CMD = {("add", "service"): 1, ("set", "service"): 2, ("del", "service"): 3,
        ("add", "dest"): 5, ("set", "dest"): 6, ("del", "dest"): 7}
 IPVS_CMD_GET_SERVICE, IPVS_CMD_GET_DEST = 4, 8
-IPVS_CMD_GET_DAEMON = 11
+IPVS_CMD_DEL_DAEMON, IPVS_CMD_GET_DAEMON = 10, 11
 IPVS_CMD_SET_CONFIG, IPVS_CMD_GET_CONFIG = 12, 13
 IPVS_CMD_ATTR_SERVICE, IPVS_CMD_ATTR_DEST, IPVS_CMD_ATTR_DAEMON = 1, 2, 3
 # IPVS_CMD_ATTR_TIMEOUT_*: the connection timeouts ipvsadm --set changes, in seconds.
@@ -246,6 +246,11 @@ def parse_dest(attrs):
     return _decode(attrs, _DEST_FIELDS, active=0, inactive=0)
 
 
+def stop_daemon_attrs(state):
+    """What IPVS_CMD_DEL_DAEMON needs: the role of the daemon to stop, nothing else."""
+    return nla(IPVS_CMD_ATTR_DAEMON, nla(DAEMON_STATE, _u32(state)))
+
+
 def parse_daemon(attrs):
     """A sync daemon: state (IP_VS_STATE_*), interface, syncid, and its multicast group and port."""
     return _fields(attrs, _DAEMON_FIELDS)
@@ -360,3 +365,7 @@ class GenlSocket:
         """The running connection sync daemons, master and backup: [daemon dicts]."""
         return [parse_daemon(_top_attr(payload, IPVS_CMD_ATTR_DAEMON) or b"")
                 for payload in self.dump(family, IPVS_CMD_GET_DAEMON)]
+
+    def stop_sync_daemon(self, family, state):
+        """Stop the sync daemon of one role (IP_VS_STATE_MASTER or _BACKUP)."""
+        self.ask(family, IPVS_CMD_DEL_DAEMON, stop_daemon_attrs(state))

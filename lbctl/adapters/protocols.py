@@ -91,6 +91,10 @@ class Ipvs(Protocol):
 
     def set_timeouts(self, timeouts: dict) -> None: ...  # only the names given change
 
+    def sync_daemons(self) -> list: ...  # [SyncDaemon]
+
+    def stop_sync_daemon(self, role: str) -> None: ...  # "master" or "backup"
+
 
 @runtime_checkable
 class Addresses(Protocol):
