@@ -5,7 +5,8 @@
 #   ./dev.sh demo    setup, then `lbctl lab demo` on the bundled example
 #   ./dev.sh test    setup (the proxies too), then unit tests and the netns suite
 #   ./dev.sh wheel   dist/lbctl-VERSION-py3-none-any.whl to install on nodes (no root needed)
-#   ./dev.sh bench   setup and the proxies, then the benchmarks; they rewrite docs/benchmarks.md
+#   ./dev.sh bench [SCRIPT...]   setup and the proxies, then the benchmarks (or those
+#                    named, e.g. failover.py); they rewrite docs/benchmarks.md
 #
 # It needs root (apt, network namespaces) and re-runs itself with sudo when
 # started as another user.
@@ -114,8 +115,8 @@ case "${1:-}" in
   bench)
     PIP_EXTRAS=test,bench
     setup "${BENCH_PACKAGES[@]}"
-    exec .venv/bin/python bench/run.py ;;
+    exec .venv/bin/python bench/run.py "${@:2}" ;;
   *)
-    sed -n '2,13p' "$0" >&2
+    sed -n '2,14p' "$0" >&2
     exit 2 ;;
 esac

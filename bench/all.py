@@ -11,8 +11,13 @@ BENCHMARKS = ("dataplane.py", "ipvs_apply.py", "schedulers.py", "failover.py")
 
 
 def main():
+    chosen = sys.argv[1:] or BENCHMARKS
+    unknown = set(chosen) - set(BENCHMARKS)
+    if unknown:
+        sys.exit(f"bench: no benchmark {', '.join(sorted(unknown))}; "
+                 f"they are {', '.join(BENCHMARKS)}")
     failed = []
-    for script in BENCHMARKS:
+    for script in chosen:
         print(f"\n=== bench/{script}", flush=True)
         if subprocess.run([sys.executable, str(HERE / script)]).returncode:
             failed.append(script)

@@ -53,6 +53,7 @@ from lbctl.lab.topology import Lab
 from lbctl.lab.traffic import summarize
 from lab_apply import apply_everywhere
 from plots import data_line, image_link
+from pool_watch import hex_endpoint, pool
 from report import machine, section
 
 HERE = Path(__file__).resolve().parent
@@ -141,16 +142,29 @@ def start_plain_keepalived(lab, workdir):
 
 
 # -- failover ---------------------------------------------------------------------
+def pool_of(lab, balancer):
+    """The worker addresses `balancer` would send new connections to now."""
+    table = lab.sh(balancer, ["cat", "/proc/net/ip_vs"]).stdout
+    return {e.rsplit(":", 1)[0] for e in pool(table, hex_endpoint(VIP, 80))}
+
+
 def failover(lab, advert):
     """One cut of the VIP holder's cable under load: (seconds until the VIP
     answered again or None, failed requests, requests)."""
     holder = settled_holder(lab, advert)
+    # The standby's checks failed while its own cable was out (the run
+    # before): what is timed is VRRP's takeover, not their return.
+    standby = next(name for name in BALANCERS if name != holder)
+    lab.wait_for(lambda: pool_of(lab, standby) >= set(lab_workers(lab).values()), timeout=150,
+                 what=f"every worker back in {standby}'s pool")
     window = max(4.0, 6 * advert + 2)
-    load = lab.traffic("load", VIP, "--seconds", 1.5 + window, "--interval", 0.05,
+    # A fresh request every 20 ms, none waiting for another: the first the
+    # new holder answers is seen within 20 ms of its taking over.
+    load = lab.traffic("probes", VIP, "--seconds", 1.5 + window, "--interval", 0.02,
                        "--timeout", 0.5)
     time.sleep(1.5)
-    lab.set_link(holder, False)
     cut = time.time()
+    lab.set_link(holder, False)
     records = [r for r in lab.finish(load) if r[0] < cut + window]
     lab.set_link(holder, True)
     seen = summarize(records, cut)
@@ -164,6 +178,8 @@ def survival(lab, advert, count):
                             "--timeout", 300)
     time.sleep(3)
     lab.set_link(holder, False)
+    # keepalived's defaults preempt: its master takes the VIP back as soon as
+    # the cable returns, so its downloads cross a failback too.
     time.sleep(3 + 4 * advert)
     lab.set_link(holder, True)
     results = lab.finish(downloads)
@@ -203,9 +219,10 @@ class PoolWatch:
         self.reader.join(timeout=5)
 
 
-def detection_round(lab, advert, spread=5.0, timeout=150):
-    """Every worker's web server killed at its own random moment: the seconds
-    each took to leave the pool."""
+def detection_round(lab, advert, spread, timeout=180):
+    """Every worker's web server killed at its own random moment within
+    `spread` seconds (a check interval at least, so the kills fall anywhere
+    in the checks' cycle): the seconds each took to leave the pool."""
     watch = PoolWatch(lab, settled_holder(lab, advert))
     workers = lab_workers(lab)
     addresses = set(workers.values())
@@ -223,7 +240,8 @@ def detection_round(lab, advert, spread=5.0, timeout=150):
                      what="every worker out of the pool")
         samples = [watch.left_at(address, at) - at for address, at in killed.items()]
     finally:
-        for name in workers:
+        for name in workers:  # those a failed wait left alive too, or wait() would hang
+            lab.web_server(name).kill()
             lab.web_server(name).wait()
             lab.ensure_web_server(name)
         lab.wait_for(lambda: watch.live() >= addresses, timeout=timeout,
@@ -241,7 +259,13 @@ def stop_sync_daemons(lab):
         lab.sh(node, ["sysctl", "-q", "-w", "net.ipv4.vs.sloppy_tcp=1"])
 
 
-def measure(lab, name, advert, runs, rounds, downloads, log):
+# Each configuration's VRRP advert interval and health-check interval, in seconds.
+TIMERS = {"lbctl defaults": (0.2, 2.0), "lbctl fast": (0.1, 1.0),
+          "keepalived defaults": (1.0, 60.0), "stateless": (0.2, 2.0)}
+
+
+def measure(lab, name, runs, rounds, downloads, log):
+    advert, check_interval = TIMERS[name]
     figures = {"failover": [], "failed": [], "requests": 0, "detection": []}
     for run in range(runs):
         gap, failed, requests = failover(lab, advert)
@@ -251,7 +275,7 @@ def measure(lab, name, advert, runs, rounds, downloads, log):
         log(f"{name}: failover {run + 1}/{runs}: "
             f"{'never' if gap is None else f'{gap:.2f} s'}, {failed} of {requests} failed")
     for run in range(rounds):
-        samples = detection_round(lab, advert)
+        samples = detection_round(lab, advert, spread=max(5.0, check_interval))
         figures["detection"] += samples
         log(f"{name}: detection round {run + 1}/{rounds}: "
             + " ".join(f"{s:.2f}" for s in sorted(samples)))
@@ -322,7 +346,7 @@ def main():
                         help="downloads in flight across the survival failover (default 100)")
     args = parser.parse_args()
     chosen = [c for c in args.configurations.split(",") if c]
-    known = ("lbctl defaults", "lbctl fast", "keepalived defaults", "stateless")
+    known = tuple(TIMERS)
     if set(chosen) - set(known) or args.runs < 1 or not 1 <= args.workers <= len(WORKERS):
         parser.error(f"configurations are {', '.join(known)}; runs at least 1; "
                      f"workers 1 to {len(WORKERS)}")
@@ -350,18 +374,17 @@ def main():
         apply_everywhere(lab, files["lbctl defaults"], ("--force",))
         for name in (c for c in known if c in chosen and c != "keepalived defaults"):
             apply_everywhere(lab, files[name], ("--force",))
-            advert = 0.1 if name == "lbctl fast" else 0.2
             if name == "stateless":
                 stop_sync_daemons(lab)
                 results[name] = {"failover": [], "detection": [], "downloads": args.downloads}
-                results[name]["survived"], _ = survival(lab, advert, args.downloads)
+                results[name]["survived"], _ = survival(lab, TIMERS[name][0], args.downloads)
                 log(f"{name}: {results[name]['survived']} of {args.downloads} downloads complete")
             else:
-                results[name] = measure(lab, name, advert, args.runs, rounds, args.downloads, log)
+                results[name] = measure(lab, name, args.runs, rounds, args.downloads, log)
         if "keepalived defaults" in chosen:
             plain = start_plain_keepalived(lab, workdir)
-            results["keepalived defaults"] = measure(lab, "keepalived defaults", 1.0,
-                                                     args.runs, rounds, args.downloads, log)
+            results["keepalived defaults"] = measure(lab, "keepalived defaults", args.runs,
+                                                     rounds, args.downloads, log)
     finally:
         for proc in plain:
             proc.terminate()
@@ -372,11 +395,19 @@ def main():
     text = ("## Failover and health: lbctl against keepalived's defaults\n\n"
             f"`bench/failover.py`, {machine()}.  A pair of balancers and {len(workers)} "
             "workers.  "
-            "Failover: a request every 50 ms (each given 0.5 s) while the VIP holder's "
-            "cable is pulled.  Detection: each worker's web server killed at a random "
-            "moment, timed until the worker leaves the pool.  Survival: "
-            f"{args.downloads} downloads of 1 MiB at 64 KiB/s across one failover.  keepalived's defaults: advert 1 s, "
-            "HTTP_GET every 60 s, retried once after 3 s, no sync daemon; stateless: mh, "
+            "Failover: a request every 20 ms, each on a new connection and given 0.5 s, "
+            "none waiting for another, while the VIP holder's cable is pulled (once the "
+            "other balancer's checks have every worker in its pool); timed from the cut "
+            "to the first answer.  Detection: each worker's web server killed (so "
+            "connections to it are refused) at a random moment within a check interval "
+            "(at least 5 s), timed until the worker leaves the pool, read off the "
+            "balancer's IPVS table every 20 ms.  Survival: "
+            f"{args.downloads} downloads of 1 MiB at 64 KiB/s across one failover (and, "
+            "for keepalived's defaults, whose master preempts, the failback).  "
+            "keepalived's defaults: VRRPv2 multicast, advert 1 s; HTTP_GET every 60 s, "
+            "a 5 s connect timeout, retried once after 3 s, a failed worker deleted; no "
+            "sync daemon.  They are timers left at their defaults, not another "
+            "keepalived: lbctl runs keepalived too, with its own.  Stateless: mh, "
             "sloppy_tcp, no sync daemon.\n\n" + report(
                 {n: results[n] for n in known if n in results}, args.runs)
             + "\n\n" + image_link("bench/failover.py", "failover and detection times"))

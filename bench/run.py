@@ -1,5 +1,6 @@
-"""`./dev.sh bench`: every benchmark in one lab VM (bench/all.py), then their
-sections into docs/benchmarks.md.  Run here, outside the VM, because what
+"""`./dev.sh bench [SCRIPT...]`: every benchmark (or those named, such as
+failover.py) in one lab VM (bench/all.py), then their sections into
+docs/benchmarks.md and their plots beside it.  Run here, outside the VM, because what
 the VM writes is gone when it powers off; its output is what comes back."""
 
 import subprocess
@@ -15,7 +16,7 @@ DOC = REPO / "docs" / "benchmarks.md"
 
 def main():
     proc = subprocess.Popen([sys.executable, "-m", "lbctl.lab.vm", "--", sys.executable,
-                             str(REPO / "bench" / "all.py")],
+                             str(REPO / "bench" / "all.py"), *sys.argv[1:]],
                             cwd=REPO, stdout=subprocess.PIPE, text=True)
     lines = []
     for line in proc.stdout:

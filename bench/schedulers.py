@@ -169,6 +169,9 @@ def main():
         print(f"{len(CLIENTS)} clients x {args.concurrency} in flight, {args.seconds} s per "
               f"scheduler; {SLOW} answers {args.delay} ms late", flush=True)
         for scheduler in schedulers:
+            # A service made anew: the last scheduler's connections (FIN_WAIT
+            # lasts 2 minutes) would count against its workers under lc.
+            lab.sh("lb1", ["ipvsadm", "-D", "-t", f"{VIP}:80"])
             done = lab.lbctl("lb1", "apply", str(files[scheduler]), "--force")
             if done.returncode != 0:
                 raise SystemExit(f"bench: apply {scheduler}: {done.stdout}{done.stderr}")
@@ -183,7 +186,10 @@ def main():
             f"which one ({SLOW}) sends everything {args.delay} ms late (tc netem), "
             f"{len(CLIENTS)} clients from their own addresses each running ab with "
             f"{args.concurrency} requests in flight for {args.seconds} s against a small "
-            "page.  Latency is each request's total time as ab measured it.\n\n"
+            "page.  Latency is each request's total time as ab measured it.  Each "
+            "scheduler gets the service made anew.  Every weight is equal, so wrr "
+            "schedules as rr and wlc as lc; sh and mh hash the eight clients' "
+            "addresses, so their share of the slow worker is one draw of that hash.\n\n"
             f"{table(rows)}\n\n{summary(rows)}\n\n"
             + image_link("bench/schedulers.py", "throughput and p99 per scheduler"))
     print(data_line("bench/schedulers.py", {"rows": rows}), flush=True)

@@ -28,6 +28,11 @@ def _get(address, port, path, timeout):
     except OSError as exc:
         # What the client saw, for a test that finds a failed request to say why.
         return False, f"error: {type(exc).__name__}: {exc}"
+    return _answer(data)
+
+
+def _answer(data):
+    """(ok, the body, or what went wrong) of a whole HTTP response."""
     head, _, body = data.partition(b"\r\n\r\n")
     status = head.split(b"\r\n", 1)[0]
     if not (head.startswith(b"HTTP/1.") and b" 200 " in status):
@@ -50,6 +55,47 @@ def steady_load(address, port, seconds, interval, timeout, path="/"):
     except KeyboardInterrupt:
         pass  # SIGINT ends the load early: the records so far are the result
     return records
+
+
+def probes(address, port, seconds, interval, timeout, path="/"):
+    """A request every `interval` for `seconds`, each on a connection of its
+    own and none waiting for those before it: [(start, end, ok, body)].
+
+    steady_load sends the next request only once the last one has ended, so
+    through an outage it asks once per timeout.  Here a fresh SYN leaves
+    every `interval` whatever happened to the others, so the first request
+    the VIP's new holder answers comes within `interval` of its taking over.
+    """
+    import asyncio
+
+    records = []
+
+    async def get():
+        reader, writer = await asyncio.open_connection(address, port)
+        try:
+            writer.write(f"GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+            return await reader.read()
+        finally:
+            writer.close()
+
+    async def attempt():
+        start = time.time()
+        try:
+            ok, body = _answer(await asyncio.wait_for(get(), timeout))
+        except (OSError, asyncio.TimeoutError) as exc:
+            ok, body = False, f"error: {type(exc).__name__}: {exc}"
+        records.append((start, time.time(), ok, body))
+
+    async def stream():
+        attempts, next_start, end = [], time.time(), time.time() + seconds
+        while next_start < end:
+            await asyncio.sleep(max(0.0, next_start - time.time()))
+            attempts.append(asyncio.create_task(attempt()))
+            next_start += interval
+        await asyncio.gather(*attempts)
+
+    asyncio.run(stream())
+    return sorted(records)
 
 
 def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
@@ -133,11 +179,14 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m lbctl.lab.traffic")
     sub = parser.add_subparsers(dest="kind", required=True)
     p = sub.add_parser("load")
-    p.add_argument("address")
-    p.add_argument("--port", type=int, default=80)
-    p.add_argument("--seconds", type=float, required=True)
-    p.add_argument("--interval", type=float, default=0.02)
-    p.add_argument("--timeout", type=float, default=0.5)
+    # probes: the same stream, but no request waits for the one before it.
+    r = sub.add_parser("probes")
+    for each in (p, r):
+        each.add_argument("address")
+        each.add_argument("--port", type=int, default=80)
+        each.add_argument("--seconds", type=float, required=True)
+        each.add_argument("--interval", type=float, default=0.02)
+        each.add_argument("--timeout", type=float, default=0.5)
     d = sub.add_parser("downloads")
     d.add_argument("address")
     d.add_argument("--port", type=int, default=80)
@@ -146,8 +195,9 @@ def main(argv=None):
     d.add_argument("--rate", type=int, required=True, help="bytes per second per download")
     d.add_argument("--timeout", type=float, default=120, help="seconds before giving up")
     args = parser.parse_args(argv)
-    if args.kind == "load":
-        result = steady_load(args.address, args.port, args.seconds, args.interval, args.timeout)
+    if args.kind in ("load", "probes"):
+        stream = steady_load if args.kind == "load" else probes
+        result = stream(args.address, args.port, args.seconds, args.interval, args.timeout)
     else:
         result = slow_downloads(args.address, args.port, args.count, args.path, args.rate,
                                 timeout=args.timeout)
