@@ -4,14 +4,16 @@ and a plain keepalived.conf with keepalived's own defaults, in one run.
 Builds two balancers, eight workers and a client in network namespaces.  For
 each configuration:
 
-  failover    a request every 50 ms (each given 0.5 s) while the cable of the
-              balancer holding the VIP is pulled; from the cut to the first
-              answer from the other, and the requests that failed.  The cable
+  failover    the cable of the balancer holding the VIP pulled, once the
+              other's checks have every worker in its pool; from its kernel
+              taking the link down to the other's adding the VIP (kernel
+              events, from `ip -ts monitor`), and the requests that failed
+              meanwhile (a new one every 20 ms, each given 0.5 s).  The cable
               goes back in and the pair settles before the next run.
-  detection   the web servers of all eight workers killed, each at its own
-              random moment; from each kill until the worker has left the
-              pool of the balancer holding the VIP (weight 0, or deleted).
-              Then they are restarted and return.
+  detection   the web servers of every worker killed, each at its own random
+              moment within a check interval; from each kill until the
+              worker has left the pool of the balancer holding the VIP
+              (weight 0, or deleted).  Then they are restarted and return.
   survival    100 downloads of 1 MiB read at 64 KiB/s, in flight across one
               failover: how many arrive complete.
 
@@ -34,6 +36,7 @@ times.  It prints its section of docs/benchmarks.md last.
 """
 
 import argparse
+from datetime import datetime
 import math
 import random
 import shutil
@@ -50,7 +53,6 @@ import yaml
 
 from lbctl.config import load_cluster
 from lbctl.lab.topology import Lab
-from lbctl.lab.traffic import summarize
 from lab_apply import apply_everywhere
 from plots import data_line, image_link
 from pool_watch import hex_endpoint, pool
@@ -142,6 +144,47 @@ def start_plain_keepalived(lab, workdir):
 
 
 # -- failover ---------------------------------------------------------------------
+class Watch:
+    """A command's output lines, each kept as parse() reads it, as they come."""
+
+    def __init__(self, argv):
+        self.items = []
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            item = self.parse(line)
+            if item is not None:
+                self.items.append(item)
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=10)
+        self.reader.join(timeout=5)
+
+
+class KernelEvents(Watch):
+    """`ip -ts monitor` in a node's namespace: the kernel's own events, each
+    with the time ip received it, so a busy emulated CPU delays the reading,
+    not the timing.  Keeps (epoch, line) of the lines `wanted` accepts."""
+
+    def __init__(self, lab, node, objects, wanted):
+        self.wanted = wanted
+        super().__init__(["ip", "-n", lab.nodes[node].netns, "-ts", "monitor", *objects])
+
+    def parse(self, line):
+        stamp, _, rest = line.partition("] ")
+        if not stamp.startswith("[") or not self.wanted(rest):
+            return None
+        # ip prints the local time; fromisoformat() reads a naive stamp as local too.
+        return datetime.fromisoformat(stamp[1:]).timestamp(), rest
+
+    def first(self):
+        return self.items[0][0] if self.items else None
+
+
 def pool_of(lab, balancer):
     """The worker addresses `balancer` would send new connections to now."""
     table = lab.sh(balancer, ["cat", "/proc/net/ip_vs"]).stdout
@@ -149,8 +192,8 @@ def pool_of(lab, balancer):
 
 
 def failover(lab, advert):
-    """One cut of the VIP holder's cable under load: (seconds until the VIP
-    answered again or None, failed requests, requests)."""
+    """One cut of the VIP holder's cable under load: (seconds until the other
+    balancer held the VIP, or None, failed requests, requests)."""
     holder = settled_holder(lab, advert)
     # The standby's checks failed while its own cable was out (the run
     # before): what is timed is VRRP's takeover, not their return.
@@ -158,17 +201,29 @@ def failover(lab, advert):
     lab.wait_for(lambda: pool_of(lab, standby) >= set(lab_workers(lab).values()), timeout=150,
                  what=f"every worker back in {standby}'s pool")
     window = max(4.0, 6 * advert + 2)
-    # A fresh request every 20 ms, none waiting for another: the first the
-    # new holder answers is seen within 20 ms of its taking over.
+    # The failover time: from the kernel's link-down event on the holder to
+    # its adding the VIP on the standby (keepalived sends its gratuitous ARP
+    # then), read off both kernels.  A Python client's own clock would count
+    # the emulated CPU's stalls.
+    went_down = KernelEvents(lab, holder, ["link"],
+                             lambda line: ": eth0@" in line and " state DOWN " in line)
+    took_over = KernelEvents(lab, standby, ["address"],
+                             lambda line: f" inet {VIP}/" in line and "Deleted" not in line)
+    # Failed requests: a fresh one every 20 ms, none waiting for another.
     load = lab.traffic("probes", VIP, "--seconds", 1.5 + window, "--interval", 0.02,
                        "--timeout", 0.5)
-    time.sleep(1.5)
-    cut = time.time()
-    lab.set_link(holder, False)
-    records = [r for r in lab.finish(load) if r[0] < cut + window]
-    lab.set_link(holder, True)
-    seen = summarize(records, cut)
-    return seen["gap"], seen["failed"], seen["requests"]
+    try:
+        time.sleep(1.5)
+        cut = time.time()
+        lab.set_link(holder, False)
+        records = [r for r in lab.finish(load) if r[0] < cut + window]
+    finally:
+        lab.set_link(holder, True)
+        for events in (went_down, took_over):
+            events.stop()
+    down, moved = went_down.first(), took_over.first()
+    gap = moved - down if down is not None and moved is not None else None
+    return gap, sum(not r[2] for r in records), len(records)
 
 
 def survival(lab, advert, count):
@@ -187,21 +242,21 @@ def survival(lab, advert, count):
 
 
 # -- detection ---------------------------------------------------------------------
-class PoolWatch:
-    """bench/pool_watch.py in a balancer's namespace, its lines kept as they come."""
+class PoolWatch(Watch):
+    """bench/pool_watch.py in a balancer's namespace: (epoch, {worker address})
+    each time the pool changes."""
 
     def __init__(self, lab, node):
-        self.changes = []  # (epoch, {worker address, ...})
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", lab.nodes[node].netns, sys.executable,
-             str(HERE / "pool_watch.py"), VIP, "80"], stdout=subprocess.PIPE, text=True)
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
+        super().__init__(["ip", "netns", "exec", lab.nodes[node].netns, sys.executable,
+                          str(HERE / "pool_watch.py"), VIP, "80"])
 
-    def _read(self):
-        for line in self.proc.stdout:
-            when, *live = line.split()
-            self.changes.append((float(when), {e.rsplit(":", 1)[0] for e in live}))
+    def parse(self, line):
+        when, *live = line.split()
+        return float(when), {e.rsplit(":", 1)[0] for e in live}
+
+    @property
+    def changes(self):
+        return self.items
 
     def live(self):
         return self.changes[-1][1] if self.changes else set()
@@ -212,12 +267,6 @@ class PoolWatch:
             if when >= after and address not in live:
                 return when
         return None
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGINT)
-        self.proc.wait(timeout=10)
-        self.reader.join(timeout=5)
-
 
 def detection_round(lab, advert, spread, timeout=180):
     """Every worker's web server killed at its own random moment within
@@ -299,7 +348,7 @@ def distribution(values):
 
 
 def report(results, runs):
-    lines = ["| configuration | VIP answers again: median | p95 | max | failed requests "
+    lines = ["| configuration | VIP on the other balancer: median | p95 | max | failed requests "
              "per run: median | max | worker out of the pool: median | p95 | max | "
              "downloads across a failover, complete |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -395,10 +444,11 @@ def main():
     text = ("## Failover and health: lbctl against keepalived's defaults\n\n"
             f"`bench/failover.py`, {machine()}.  A pair of balancers and {len(workers)} "
             "workers.  "
-            "Failover: a request every 20 ms, each on a new connection and given 0.5 s, "
-            "none waiting for another, while the VIP holder's cable is pulled (once the "
-            "other balancer's checks have every worker in its pool); timed from the cut "
-            "to the first answer.  Detection: each worker's web server killed (so "
+            "Failover: the VIP holder's cable pulled (once the other balancer's checks "
+            "have every worker in its pool), timed from the holder's kernel taking the "
+            "link down to the other's adding the VIP, both read off `ip -ts monitor`; "
+            "meanwhile a request every 20 ms, each on a new connection and given 0.5 s, "
+            "none waiting for another, counts the failed ones.  Detection: each worker's web server killed (so "
             "connections to it are refused) at a random moment within a check interval "
             "(at least 5 s), timed until the worker leaves the pool, read off the "
             "balancer's IPVS table every 20 ms.  Survival: "

@@ -191,6 +191,24 @@ def tables(results, sizes, largest, reals):
     return "\n".join(lines)
 
 
+def verdicts(results, sizes, largest, reals):
+    """Each target at the largest size, met or not, with the ratio measured."""
+    def verdict(ratio, target):
+        return f"{ratio:.2f}x; target {target:g}x or less, {'met' if ratio <= target else 'not met'}"
+
+    found = results[largest]
+    lines = [f"- At {largest} x {reals}, {name} took {peer}'s time "
+             f"{verdict(found[name][0] / found[peer][0], 1.0)}."
+             for name, peer in (("lbctl apply, full", "ipvsadm-restore"),
+                                ("lbctl apply, no-op", "ipvsadm-save"),
+                                ("lbctl apply, one server", "ipvsadm-save"))]
+    seconds, rss = sizes["lbctl status"]
+    lines.append(f"- lbctl status took a bare Python start's time "
+                 f"{verdict(seconds / sizes['python3 -c pass'][0], 5.0)}; its peak RSS "
+                 f"{rss:.1f} MB, target 40 MB or less, {'met' if rss <= 40 else 'not met'}.")
+    return "\n".join(lines)
+
+
 def inside(args):
     sh("ip", "link", "set", "lo", "up")
     sh("ip", "link", "add", "bench0", "type", "dummy")
@@ -213,7 +231,8 @@ def inside(args):
             "which is what any tool pays to learn what is there.  Targets: a full apply at "
             "most 1.0x ipvsadm-restore; a no-op apply and a one-server change at most 1.0x "
             "ipvsadm-save; `lbctl status` at most 5x a bare Python start, in 40 MB.\n\n"
-            + tables(results, sizes, largest, args.reals))
+            + tables(results, sizes, largest, args.reals) + "\n\n"
+            + verdicts(results, sizes, largest, args.reals))
     print("\n" + section("bench/ipvs_apply.py", text), flush=True)
 
 

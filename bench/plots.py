@@ -76,7 +76,7 @@ def _dataplane(pyplot, data):
 def _failover(pyplot, data):
     """Failover and detection times per configuration, every run a dot."""
     figure, (left, right) = pyplot.subplots(1, 2, figsize=(9, 4))
-    for axes, key, title in ((left, "failover", "VIP answers again after the cut"),
+    for axes, key, title in ((left, "failover", "the VIP on the other balancer after the cut"),
                              (right, "detection", "a dead worker out of the pool")):
         names = [n for n, f in data.items() if f[key]]
         measured = [v for n in names for v in data[n][key] if v is not None]
