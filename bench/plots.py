@@ -75,6 +75,8 @@ def _dataplane(pyplot, data):
 
 def _failover(pyplot, data):
     """Failover and detection times per configuration, every run a dot."""
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+
     figure, (left, right) = pyplot.subplots(1, 2, figsize=(9, 4))
     for axes, key, title in ((left, "failover", "the VIP on the other balancer after the cut"),
                              (right, "detection", "a dead worker out of the pool")):
@@ -91,6 +93,12 @@ def _failover(pyplot, data):
         # keepalived's defaults take a minute where lbctl takes a second or two.
         if measured and max(measured) > 10 * min(measured):
             axes.set_yscale("log")
+            # Plain seconds (0.5, 2, 30) rather than powers of ten.
+            low, high = min(measured), max(measured)
+            axes.set_yticks([t for t in (0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200)
+                             if low / 1.5 <= t <= high * 1.5])
+            axes.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+            axes.yaxis.set_minor_formatter(NullFormatter())
         axes.set_ylabel("seconds")
         axes.set_title(title)
     return figure
