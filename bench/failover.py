@@ -56,7 +56,7 @@ from lbctl.lab.topology import Lab
 from lab_apply import apply_everywhere
 from plots import data_line, image_link
 from pool_watch import hex_endpoint, pool
-from report import machine, section
+from report import machine, percentile, section
 
 HERE = Path(__file__).resolve().parent
 VIP = "192.168.100.10"
@@ -331,12 +331,6 @@ def measure(lab, name, runs, rounds, downloads, log):
     figures["survived"], figures["downloads"] = survival(lab, advert, downloads)
     log(f"{name}: {figures['survived']} of {figures['downloads']} downloads complete")
     return figures
-
-
-def percentile(values, share):
-    """The nearest-rank percentile; None (never) sorts last."""
-    ranked = sorted(values, key=lambda v: math.inf if v is None else v)
-    return ranked[max(0, math.ceil(share * len(ranked)) - 1)]
 
 
 def seconds(value):

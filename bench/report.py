@@ -4,6 +4,7 @@ A benchmark prints its section between markers named after its script; the
 lab VM's root is thrown away when it powers off, so bench/run.py, outside
 the VM, reads them off the output and puts each in place of the old one."""
 
+import math
 import os
 import re
 import time
@@ -32,6 +33,12 @@ def write_sections(path, output):
         written.append(script)
     path.write_text(doc)
     return written
+
+
+def percentile(values, share):
+    """The nearest-rank percentile; None (a run that never got there) sorts last."""
+    ranked = sorted(values, key=lambda v: math.inf if v is None else v)
+    return ranked[max(0, math.ceil(share * len(ranked)) - 1)]
 
 
 def machine():

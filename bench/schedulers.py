@@ -23,7 +23,6 @@ It prints its section of docs/benchmarks.md last.
 """
 
 import argparse
-import math
 import shutil
 import subprocess
 import sys
@@ -36,7 +35,7 @@ from lbctl.config import load_cluster
 from lbctl.lab.topology import Lab
 from lab_apply import apply_everywhere
 from plots import data_line, image_link
-from report import machine, section
+from report import machine, percentile, section
 
 VIP = "192.168.100.10"
 BALANCER = "192.168.100.2"
@@ -94,12 +93,6 @@ def field(ab_output, name):
         if line.startswith(name + ":"):
             return line.split(":", 1)[1].split()[0]
     raise SystemExit(f"bench: ab printed no {name!r}")
-
-
-def percentile(values, share):
-    """The nearest-rank percentile."""
-    ranked = sorted(values)
-    return ranked[max(0, math.ceil(share * len(ranked)) - 1)]
 
 
 def measure(lab, workdir, scheduler, concurrency, seconds):

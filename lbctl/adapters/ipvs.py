@@ -19,6 +19,7 @@ from lbctl.errors import KernelError
 
 PROTOCOL_NAMES = {v: k for k, v in ipvs_wire.PROTOCOLS.items()}
 SYNC_ROLES = {ipvs_wire.IP_VS_STATE_MASTER: "master", ipvs_wire.IP_VS_STATE_BACKUP: "backup"}
+SYNC_STATES = {role: state for state, role in SYNC_ROLES.items()}
 
 
 def _ipvs_family(sock):
@@ -84,7 +85,7 @@ class IpvsNetlink:
 
     def stop_sync_daemon(self, role):
         """Stop the "master" or "backup" sync daemon; one already stopped is done."""
-        state = {name: state for state, name in SYNC_ROLES.items()}[role]
+        state = SYNC_STATES[role]
         try:
             self._with_family(lambda sock, family: sock.stop_sync_daemon(family, state))
         except OSError as exc:

@@ -21,7 +21,7 @@ def _get(address, port, path, timeout):
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
             sock.settimeout(timeout)
-            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+            sock.sendall(_request(address, path))
             data = b""
             while chunk := sock.recv(65536):
                 data += chunk
@@ -29,6 +29,11 @@ def _get(address, port, path, timeout):
         # What the client saw, for a test that finds a failed request to say why.
         return False, f"error: {type(exc).__name__}: {exc}"
     return _answer(data)
+
+
+def _request(address, path):
+    """One HTTP/1.0 GET: the server closes the connection when it has answered."""
+    return f"GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode()
 
 
 def _answer(data):
@@ -73,7 +78,7 @@ def probes(address, port, seconds, interval, timeout, path="/"):
     async def get():
         reader, writer = await asyncio.open_connection(address, port)
         try:
-            writer.write(f"GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+            writer.write(_request(address, path))
             return await reader.read()
         finally:
             writer.close()
@@ -124,7 +129,7 @@ def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
         state = {"data": bytearray(), "error": None, "done": False}
         try:
             sock.connect((address, port))
-            sock.sendall(f"GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n".encode())
+            sock.sendall(_request(address, path))
             sock.setblocking(False)
             sel.register(sock, selectors.EVENT_READ, state)
         except OSError as exc:
