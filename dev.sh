@@ -39,6 +39,9 @@ if [ "${1:-}" = wheel ]; then
   trap 'rm -rf "$build"' EXIT
   python3 -m venv "$build/venv"
   "$build/venv/bin/python" -m pip install -q --upgrade pip
+  # setuptools builds in the tree and packs whatever an earlier build left in
+  # build/: start clean, so the wheel holds exactly what pyproject.toml names.
+  rm -rf build lbctl.egg-info
   "$build/venv/bin/python" -m pip wheel -q --no-deps -w dist .
   ls dist/lbctl-*.whl
   exit 0
