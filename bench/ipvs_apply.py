@@ -12,8 +12,16 @@ private network namespace:
                      against ipvsadm-save too
 
 and at the largest size the adapter alone (IpvsNetlink.run batched and one
-request at a time, IpvsNetlink.dump), and lbctl status's wall time and peak
-memory against a bare `python3 -c pass` and `ipvsadm -Ln`.
+request at a time, IpvsNetlink.dump), and the wall time and peak memory of
+lbctl status and lbctl plan against a bare `python3 -c pass` and `ipvsadm -Ln`.
+
+Then the keepalived engine (every service health-checked, so keepalived owns
+the table) at one size: the full apply until every real server has passed its
+check and holds its weight, a no-op apply, and a one-weight change, timed to
+its return and on until the kernel holds the new weight.  The workers' checks
+pass against real listeners in a second namespace.  Each service's and real
+server's connection counter is read before and after the weight change: a
+reload that rebuilt the table would start them again from zero.
 
 Needs a kernel with IPVS; elsewhere run it as
     python -m lbctl.lab.vm -- .venv/bin/python bench/ipvs_apply.py
@@ -21,10 +29,14 @@ Machines are noisy (and the lab VM is emulated): compare the ratios.
 """
 
 import argparse
+import os
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
+from contextlib import contextmanager, suppress
 from ipaddress import IPv4Address
 from pathlib import Path
 
@@ -33,6 +45,8 @@ import yaml
 from lbctl.lab.shell import run
 from private_netns import run_benchmark
 from report import machine, section
+
+HERE = Path(__file__).resolve().parent
 
 BALANCER = "10.1.0.1"
 VIP = "10.2.0.1"
@@ -54,8 +68,9 @@ def restore_rules(services, reals):
     return "\n".join(lines) + "\n"
 
 
-def cluster_spec(services, reals, first_weight=1):
-    """`first_weight`: the weight of the first service's first real server."""
+def cluster_spec(services, reals, first_weight=1, health=None):
+    """`first_weight`: the weight of the first service's first real server;
+    `health`: every service's checks (which make keepalived the engine)."""
     names = [f"w{i}" for i in range(reals)]
     spec = {
         "cluster": "bench",
@@ -66,6 +81,9 @@ def cluster_spec(services, reals, first_weight=1):
                      for s in range(services)},
     }
     spec["services"]["s0"]["workers"] = {name: 1 for name in names} | {"w0": first_weight}
+    if health is not None:
+        for service in spec["services"].values():
+            service["health"] = health
     return spec
 
 
@@ -108,6 +126,23 @@ def footprint(argv):
         return seconds, int(report.read().split()[-1]) / 1024
 
 
+class Applier:
+    """`lbctl apply` of a spec as a user runs it, into a file root of its own."""
+
+    def __init__(self, tmp, name):
+        self.root = Path(tmp) / f"root-{name}"
+        self.root.mkdir()  # apply writes only below an existing root
+        self.path = Path(tmp) / f"{name}.yaml"
+
+    def __call__(self, spec, must_say=None, *extra):
+        self.path.write_text(yaml.safe_dump(spec, sort_keys=False))
+        done = sh(sys.executable, "-m", "lbctl", "apply", str(self.path), "--node", "lb",
+                  "--root", str(self.root), *extra)
+        if must_say is not None and must_say not in done.stdout:
+            sys.exit(f"bench: apply said {done.stdout!r}, not {must_say!r}")
+        return done
+
+
 def measure_size(services, reals, tmp):
     """{operation: (seconds, peer operation)} at one size."""
     expected = services * (1 + reals)
@@ -120,17 +155,7 @@ def measure_size(services, reals, tmp):
     found["ipvsadm-restore"] = (peer_restore, "ipvsadm-restore")
     found["ipvsadm-save"] = (peer_save, "ipvsadm-save")
 
-    root = Path(tmp) / f"root-{services}"
-    root.mkdir()  # apply writes only below an existing root
-    path = Path(tmp) / f"bench-{services}.yaml"
-
-    def apply(spec, must_say=None):
-        path.write_text(yaml.safe_dump(spec, sort_keys=False))
-        done = sh(sys.executable, "-m", "lbctl", "apply", str(path), "--node", "lb",
-                  "--root", str(root))
-        if must_say is not None and must_say not in done.stdout:
-            sys.exit(f"bench: apply said {done.stdout!r}, not {must_say!r}")
-
+    apply = Applier(tmp, f"netlink-{services}")
     found["lbctl apply, full"] = (timed(lambda: apply(cluster_spec(services, reals))),
                                   "ipvsadm-restore")
     assert count_rules() == expected
@@ -167,9 +192,95 @@ def adapter_and_footprint(services, reals, tmp):
     sizes = {"python3 -c pass": footprint([sys.executable, "-c", "pass"]),
              "ipvsadm -Ln": footprint(["ipvsadm", "-Ln"]),
              "lbctl status": footprint([sys.executable, "-m", "lbctl", "status",
-                                        "--root", str(Path(tmp) / f"root-{services}")])}
+                                        "--root", str(Path(tmp) / f"root-netlink-{services}")]),
+             "lbctl plan": footprint([sys.executable, "-m", "lbctl", "plan",
+                                      str(Path(tmp) / f"netlink-{services}.yaml"), "--node", "lb",
+                                      "--root", str(Path(tmp) / f"root-netlink-{services}")])}
     sh("ipvsadm", "-C")
     return found, sizes
+
+
+# lbctl's default timing (a check every 2 s), in keepalived's own TCP check
+# (rise 1; a higher rise runs a script per check, which would measure forks).
+KEEPALIVED_HEALTH = {"tcp": {}, "rise": 1}
+WAIT_FOR_KERNEL = 600  # seconds; 10,000 first checks in an emulated VM take a while
+
+
+def weights():
+    """How many real servers hold each weight: {weight: count}."""
+    found = Counter()
+    for line in sh("ipvsadm-save", "-n").stdout.splitlines():
+        if line.startswith("-a "):
+            found[int(line.split()[-1])] += 1
+    return found
+
+
+def until(condition, what):
+    """Seconds until condition() holds, polled as fast as ipvsadm-save answers."""
+    start = time.perf_counter()
+    while not condition():
+        if time.perf_counter() - start > WAIT_FOR_KERNEL:
+            sys.exit(f"bench: gave up waiting for {what}")
+    return time.perf_counter() - start
+
+
+def connection_counters():
+    """{(service, real server): connections it has scheduled}, and each service's total."""
+    from lbctl.adapters.ipvs import IpvsNetlink
+
+    found = {}
+    for service in IpvsNetlink().dump():
+        found[(service.label, None)] = service.stats.conns
+        for dest in service.dests:
+            found[(service.label, str(dest.address))] = dest.stats.conns
+    return found
+
+
+def open_one_connection_per_service(services, workers_netns):
+    """A SYN to every service, from a worker's address: IPVS schedules it and
+    counts the connection.  The worker it goes to does not hold the VIP, so
+    nothing answers, and nothing needs to."""
+    sh("ip", "netns", "exec", workers_netns, sys.executable, str(HERE / "tcp_peers.py"),
+       "connect", VIP, "1000", str(services))
+
+
+def keepalived_engine(services, reals, tmp, workers_netns):
+    """({operation: (seconds, peer)}, the weight change kept every counter)
+    with every service health-checked, so that keepalived owns the table."""
+    found = {}
+    rules = restore_rules(services, reals)
+    found["ipvsadm-restore"] = (timed(lambda: sh("ipvsadm-restore", input=rules)),
+                                "ipvsadm-restore")
+    found["ipvsadm-save"] = (timed(lambda: sh("ipvsadm-save", "-n")), "ipvsadm-save")
+    sh("ipvsadm", "-C")
+    apply = Applier(tmp, f"keepalived-{services}")
+    servers = services * reals
+    start = time.perf_counter()
+    apply(cluster_spec(services, reals, health=KEEPALIVED_HEALTH))
+    found["keepalived engine: apply, full, returned"] = (time.perf_counter() - start,
+                                                         "ipvsadm-restore")
+    until(lambda: weights() == {1: servers}, "every real server to pass its check")
+    found["keepalived engine: apply, full, every server up"] = (time.perf_counter() - start,
+                                                                "ipvsadm-restore")
+    found["keepalived engine: apply, no-op"] = (
+        timed(lambda: apply(cluster_spec(services, reals, health=KEEPALIVED_HEALTH),
+                            "no changes")), "ipvsadm-save")
+    open_one_connection_per_service(services, workers_netns)
+    # The kernel sums its per-CPU counters every 2 s (its rate estimator).
+    until(lambda: sum(n for (_, dest), n in connection_counters().items() if dest is None)
+          >= services, "every service to count its connection")
+    before = connection_counters()
+    start = time.perf_counter()
+    apply(cluster_spec(services, reals, first_weight=2, health=KEEPALIVED_HEALTH))
+    found["keepalived engine: apply, one weight, returned"] = (time.perf_counter() - start,
+                                                               "ipvsadm-save")
+    until(lambda: weights() == Counter({1: servers - 1, 2: 1}), "the new weight in the kernel")
+    found["keepalived engine: apply, one weight, in the kernel"] = (
+        time.perf_counter() - start, "ipvsadm-save")
+    kept = connection_counters() == before
+    apply(cluster_spec(services, reals, health=KEEPALIVED_HEALTH), None, "--remove")
+    sh("ipvsadm", "-C")
+    return found, kept
 
 
 def tables(results, sizes, largest, reals):
@@ -209,13 +320,42 @@ def verdicts(results, sizes, largest, reals):
     return "\n".join(lines)
 
 
+@contextmanager
+def real_servers(reals, ports):
+    """The workers: their addresses at the far end of bench0, in a namespace of
+    their own (its name is yielded), with a listener on each service's port for
+    the health checks, and a route to the VIP through the balancer."""
+    name = f"lbctl-bench-workers-{os.getpid()}"
+    sh("ip", "netns", "add", name)
+    listeners = None
+    try:
+        sh("ip", "link", "add", "bench0", "type", "veth", "peer", "name", "bench1",
+           "netns", name)
+        for address in workers(reals):
+            sh("ip", "-n", name, "address", "add", f"{address}/16", "dev", "bench1")
+        for link in ("lo", "bench1"):
+            sh("ip", "-n", name, "link", "set", link, "up")
+        sh("ip", "-n", name, "route", "add", f"{VIP}/32", "via", BALANCER)
+        listeners = subprocess.Popen(
+            ["ip", "netns", "exec", name, sys.executable, str(HERE / "tcp_peers.py"),
+             "listen", "1000", str(ports)], stdout=subprocess.PIPE, text=True)
+        if listeners.stdout.readline().strip() != "ready":
+            sys.exit("bench: the workers' listeners did not start")
+        yield name
+    finally:
+        if listeners is not None:
+            listeners.kill()
+            listeners.wait()
+        sh("ip", "netns", "del", name, check=False)
+
+
 def inside(args):
     sh("ip", "link", "set", "lo", "up")
-    sh("ip", "link", "add", "bench0", "type", "dummy")
-    sh("ip", "address", "add", f"{BALANCER}/16", "dev", "bench0")
-    sh("ip", "link", "set", "bench0", "up")
     results = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with real_servers(args.reals, max(*args.services, args.keepalived_services)) as netns, \
+            tempfile.TemporaryDirectory() as tmp:
+        sh("ip", "address", "add", f"{BALANCER}/16", "dev", "bench0")
+        sh("ip", "link", "set", "bench0", "up")
         for services in sorted(args.services):
             results[services] = measure_size(services, args.reals, tmp)
             print(f"{services} x {args.reals}: " + ", ".join(
@@ -224,6 +364,10 @@ def inside(args):
         largest = max(args.services)
         adapter, sizes = adapter_and_footprint(largest, args.reals, tmp)
         results[largest] |= adapter
+        engine, kept = keepalived_engine(args.keepalived_services, args.reals, tmp,
+                                          netns)
+        print(f"keepalived engine, {args.keepalived_services} x {args.reals}: " + ", ".join(
+            f"{name} {seconds:.2f}s" for name, (seconds, _) in engine.items()), flush=True)
     text = ("## Control plane: lbctl apply against ipvsadm\n\n"
             f"`bench/ipvs_apply.py`, {machine()}.  Each apply is the whole command as a "
             "user runs it (a new Python, validation, a dump of the table, the plan, the "
@@ -232,14 +376,41 @@ def inside(args):
             "most 1.0x ipvsadm-restore; a no-op apply and a one-server change at most 1.0x "
             "ipvsadm-save; `lbctl status` at most 5x a bare Python start, in 40 MB.\n\n"
             + tables(results, sizes, largest, args.reals) + "\n\n"
-            + verdicts(results, sizes, largest, args.reals))
+            + verdicts(results, sizes, largest, args.reals) + "\n\n"
+            + keepalived_section(engine, kept, args.keepalived_services, args.reals))
     print("\n" + section("bench/ipvs_apply.py", text), flush=True)
+
+
+def keepalived_section(found, kept, services, reals):
+    lines = [f"### The keepalived engine at {services} x {reals}", "",
+             "Every service health-checked (keepalived's TCP check at lbctl's default "
+             "timing, every 2 s, against a listener on each worker's port), so "
+             "keepalived, not lbctl, writes the table.  apply waits for that table: a "
+             "full apply returns once every real server has passed its first check.  A "
+             "weight change is a keepalived reload, which keeps the table; keepalived "
+             "2.2.7 does not set the changed weight at the reload itself but some "
+             "seconds later, and apply waits until the kernel holds it.", "",
+             "| operation | seconds | vs peer | peer |", "| --- | --- | --- | --- |"]
+    for name, (seconds, peer) in found.items():
+        if not name.startswith("ipvsadm"):
+            lines.append(f"| {name.removeprefix('keepalived engine: ')} | {seconds:.2f} | "
+                         f"{seconds / found[peer][0]:.2f}x | {peer} ({found[peer][0]:.2f} s) |")
+    returned = found["keepalived engine: apply, one weight, returned"][0]
+    held = found["keepalived engine: apply, one weight, in the kernel"][0]
+    lines += ["", f"- A one-weight change: the kernel held the new weight {held:.2f} s after "
+              f"apply began ({held - returned:.2f} s after apply returned).",
+              "- The reload kept the table (target: a one-weight reload does not rebuild it): "
+              + ("met; every service's and real server's connection counter kept its value."
+                 if kept else "not met; connection counters started again from zero.")]
+    return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--services", type=int, nargs="+", default=[10, 100, 1000])
     parser.add_argument("--reals", type=int, default=10)
+    parser.add_argument("--keepalived-services", type=int, default=100,
+                        help="services of the keepalived engine's run")
     run_benchmark(parser, inside)
 
 

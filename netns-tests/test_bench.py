@@ -16,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def run_bench(script, tmp_path, *args):
+def run_bench(script, tmp_path, *args, plotted=True):
     """The benchmark's section, as bench/run.py writes it into the document."""
     done = subprocess.run([sys.executable, f"bench/{script}", *args], cwd=REPO,
                           capture_output=True, text=True, timeout=900)
@@ -30,6 +30,8 @@ def run_bench(script, tmp_path, *args):
     assert write_sections(doc, done.stdout) == [f"bench/{script}"]
     text = doc.read_text()
     assert text.startswith(f"# Benchmarks\n\nkept as it was\n\n<!-- bench/{script}: start")
+    if not plotted:
+        return text
     # Its plot, drawn from the same run, is where the section links it.
     plot = tmp_path / image_name(script)
     assert draw_all(done.stdout, tmp_path) == [plot]
@@ -79,6 +81,20 @@ def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp
     assert measured["direct routing"]["share"] < 0.05, text
     for proxy in ("haproxy", "pen", "nginx"):
         assert measured[proxy]["share"] > 1.0, text
+
+
+def test_the_control_plane_benchmark_shows_a_weight_reload_keeping_keepalived_table(
+        tmp_path):
+    text = run_bench("ipvs_apply.py", tmp_path, "--services", "2", "--reals", "2",
+                     "--keepalived-services", "3", plotted=False)
+    measured = table_rows(text, 4)  # the footprint's and the keepalived engine's tables
+    assert {"lbctl status", "lbctl plan", "apply, full, returned", "apply, no-op",
+            "apply, one weight, in the kernel"} <= set(measured), text
+    # keepalived applies a changed weight in place: the services and real
+    # servers it had, with the connections they counted, are still there.
+    assert "does not rebuild it): met;" in text, text
+    for verdict in re.findall(r"^- At .*$", text, re.M):
+        assert verdict.endswith(("met.", "not met.")), verdict
 
 
 def test_the_scheduler_benchmark_shows_least_connection_sparing_the_slow_worker(tmp_path):
