@@ -4,7 +4,7 @@ Builds one balancer, up to eight workers and a client in network namespaces,
 and caps the balancer's link and every worker's, both ways, with tc's token
 bucket, as a Raspberry Pi's Fast Ethernet port would.  The client's link is
 not capped: it stands for all the clients of the Internet.  Then real clients
-(ab, at two downloads in flight per worker) fetch a 1 MiB file for a fixed
+(ab, one per worker with two downloads in flight each) fetch a 1 MiB file for a fixed
 time:
 
   direct routing   lbctl apply on every node; requests reach the VIP on the
@@ -19,6 +19,15 @@ links, and the bytes that reached the balancer for each response byte.  With
 direct routing only the requests and the client's ACKs cross the balancer; a
 proxy receives every response from a worker and sends it on.
 
+The balancer's CPU per GB served: every node shares the lab's kernel, and
+IPVS works in the kernel's packet path, where no process is charged for it.
+So the whole machine's CPU time is read for each run and for a run in which
+the client fetches from the same workers directly, past the balancer; the
+difference per GB served is what the balancer's path cost.
+
+Small pages: the same paths serving a page of a few bytes, where requests per
+second, not links, are the limit.
+
 The lab VM is emulated (qemu without KVM), so its CPU, not a 100 Mbit/s link,
 would be the limit: every link is scaled down by the same factor (--rate,
 10 Mbit/s by default), which keeps the ratios a Pi's links would give.  Run as
@@ -28,6 +37,7 @@ last; `./dev.sh bench` (bench/run.py) puts it in the document.
 """
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -122,29 +132,59 @@ def start_proxy(lab, kind, workdir, workers):
 
 
 # -- measuring ------------------------------------------------------------------
-def fetch(lab, url, concurrency, seconds):
-    """(bytes/s the client received, complete, failed) of ab fetching `url`."""
-    done = lab.sh("client", ["ab", "-q", "-t", str(seconds), "-n", "1000000", "-c",
-                             str(concurrency), "-s", "30", url], check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"bench: ab {url}: {done.stderr.strip() or done.stdout[-500:]}")
-
-    def field(name, cast=int):
-        return cast(re.search(rf"^{name}:\s+([0-9.]+)", done.stdout, re.M)[1])
-
-    return (field("Total transferred") / field("Time taken for tests", float),
-            field("Complete requests"), field("Failed requests"))
+def cpu_seconds():
+    """CPU time the whole machine has spent busy, every CPU and context summed."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    idle, iowait = fields[3], fields[4]
+    # user nice system idle iowait irq softirq steal; guest time is inside user.
+    return (sum(fields[:8]) - idle - iowait) / os.sysconf("SC_CLK_TCK")
 
 
-def measure(lab, url, workers, seconds):
-    concurrency = 2 * len(workers)
+def fetch(lab, urls, concurrency, seconds):
+    """{"bytes", "seconds", "complete", "failed"} of one ab per URL, all at once,
+    each with `concurrency` requests in flight."""
+    argv = ["ab", "-q", "-t", str(seconds), "-n", "1000000", "-c", str(concurrency), "-s", "30"]
+    procs = [(url, subprocess.Popen(["ip", "netns", "exec", lab.nodes["client"].netns,
+                                     *argv, url], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)) for url in urls]
+    found = {"bytes": 0, "seconds": 0.0, "complete": 0, "failed": 0}
+    for url, proc in procs:
+        out, err = proc.communicate(timeout=seconds + 120)
+        if proc.returncode != 0:
+            raise SystemExit(f"bench: ab {url}: {err.strip() or out[-500:]}")
+
+        def field(name, cast=int):
+            return cast(re.search(rf"^{name}:\s+([0-9.]+)", out, re.M)[1])
+
+        found["bytes"] += field("Total transferred")
+        found["seconds"] = max(found["seconds"], field("Time taken for tests", float))
+        found["complete"] += field("Complete requests")
+        found["failed"] += field("Failed requests")
+    return found
+
+
+def measure(lab, urls, workers, seconds):
+    """Throughput, requests, the balancer's share of the bytes and the
+    machine's CPU seconds of clients fetching `urls`: one ab per worker, so
+    that every path costs the client alike, with two requests in flight each."""
+    concurrency = max(1, 2 * len(workers) // len(urls))
     before = lab.iface_bytes("lb1")[0]
     client_before = lab.iface_bytes("client")[0]
-    rate, complete, failed = fetch(lab, url, concurrency, seconds)
+    cpu_before = cpu_seconds()
+    got = fetch(lab, urls, concurrency, seconds)
+    cpu = cpu_seconds() - cpu_before
     to_balancer = lab.iface_bytes("lb1")[0] - before
     to_client = lab.iface_bytes("client")[0] - client_before
-    return {"rate": rate, "complete": complete, "failed": failed,
-            "balancer_share": to_balancer / max(to_client, 1)}
+    return {"rate": got["bytes"] / got["seconds"], "complete": got["complete"],
+            "failed": got["failed"], "requests_per_s": got["complete"] / got["seconds"],
+            "balancer_share": to_balancer / max(to_client, 1),
+            "cpu_per_gb": cpu / max(got["bytes"], 1) * 1e9}
+
+
+def direct_urls(workers, page):
+    """The workers' own addresses: the client past the balancer."""
+    return [f"http://{WORKERS[w]}/{page}" for w in workers]
 
 
 def apply(lab, path, nodes):
@@ -155,18 +195,47 @@ def apply(lab, path, nodes):
 
 
 # -- report ---------------------------------------------------------------------
-def table(rows, link_rate):
+def balancer_cpu(m, direct):
+    """The balancer path's CPU seconds per GB: the machine's, less what the
+    same workers and client spent per GB without the balancer."""
+    return None if direct is None else m["cpu_per_gb"] - direct["cpu_per_gb"]
+
+
+def table(rows, link_rate, direct):
     lines = ["| path | workers | MB/s at the client | x balancer link | "
-             "of workers' links | balancer received per response byte | requests (failed) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "of workers' links | balancer received per response byte | "
+             "balancer CPU s per GB | requests (failed) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for path, count, m in rows:
+        cpu = balancer_cpu(m, direct.get(count))
         lines.append(f"| {path} | {count} | {m['rate'] / 1e6:.2f} | {m['rate'] / link_rate:.2f}x"
                      f" | {m['rate'] / (count * link_rate):.0%} | {m['balancer_share']:.2%} | "
+                     f"{'' if cpu is None else f'{cpu:.1f}'} | "
                      f"{m['complete']} ({m['failed']}) |")
     return "\n".join(lines)
 
 
-def summary(rows, link_rate):
+def direct_table(direct):
+    lines = ["| workers | MB/s at the client | machine CPU s per GB | requests (failed) |",
+             "| --- | --- | --- | --- |"]
+    for count, m in sorted(direct.items()):
+        lines.append(f"| {count} | {m['rate'] / 1e6:.2f} | {m['cpu_per_gb']:.1f} | "
+                     f"{m['complete']} ({m['failed']}) |")
+    return "\n".join(lines)
+
+
+def small_table(small):
+    lines = ["| path | workers | requests/s | x direct routing | requests (failed) |",
+             "| --- | --- | --- | --- | --- |"]
+    dr = next((m for path, _, m in small if path == "direct routing"), None)
+    for path, count, m in small:
+        ratio = "" if dr is None else f"{m['requests_per_s'] / dr['requests_per_s']:.2f}x"
+        lines.append(f"| {path} | {count} | {m['requests_per_s']:.1f} | {ratio} | "
+                     f"{m['complete']} ({m['failed']}) |")
+    return "\n".join(lines)
+
+
+def summary(rows, link_rate, direct):
     dr = {count: m for path, count, m in rows if path == "direct routing"}
     lines = []
     for count in sorted({c for p, c, _ in rows if p != "direct routing"}):
@@ -176,6 +245,12 @@ def summary(rows, link_rate):
             lines.append(f"- With {count} workers, direct routing moved "
                          f"{dr[count]['rate'] / proxies[best]['rate']:.2f}x the best proxy "
                          f"({best}); target 2.5x or more.")
+        if count in dr and count in direct:
+            cheapest = min(proxies, key=lambda p: balancer_cpu(proxies[p], direct[count]))
+            lines.append(f"- With {count} workers, the balancer's path cost "
+                         f"{balancer_cpu(dr[count], direct[count]):.1f} CPU s per GB with direct "
+                         f"routing, {balancer_cpu(proxies[cheapest], direct[count]):.1f} with "
+                         f"the cheapest proxy ({cheapest}).")
     top = max(dr)
     m = dr[top]
     lines.append(f"- With {top} workers, direct routing reached {m['rate'] / link_rate:.2f}x "
@@ -195,6 +270,8 @@ def main():
     parser.add_argument("--proxy-workers", default="3,8",
                         help="worker counts for the proxies (default 3,8)")
     parser.add_argument("--proxies", default=",".join(PROXIES))
+    parser.add_argument("--small-seconds", type=int, default=10,
+                        help="each small-page measurement's length")
     args = parser.parse_args()
     dr_counts = sorted(int(n) for n in args.workers.split(","))
     proxy_counts = sorted(int(n) for n in args.proxy_workers.split(",") if n)
@@ -208,7 +285,7 @@ def main():
     workdir = Path(tempfile.mkdtemp(prefix="lbctl-bench-", dir="/run"))
     every = workdir / "all.yaml"
     every.write_text(yaml.safe_dump(cluster_spec(used), sort_keys=False))
-    rows = []
+    rows, direct, small = [], {}, []
     lab = Lab(load_cluster(every), every, prefix="dp")
     # Workers the run does not use are left out of the lab.
     for name in set(WORKERS) - set(used):
@@ -221,34 +298,55 @@ def main():
         apply_everywhere(lab, every)
         print(f"links capped at {args.rate} Mbit/s both ways; {args.seconds} s per figure; "
               f"{BLOB_BYTES >> 20} MiB downloads, two in flight per worker", flush=True)
+        small_count = proxy_counts[0] if proxy_counts else dr_counts[0]
         for count in dr_counts:
             path = workdir / f"dr-{count}.yaml"
             path.write_text(yaml.safe_dump(cluster_spec(used[:count]), sort_keys=False))
             apply(lab, path, ["lb1"])
-            m = measure(lab, f"http://{VIP}/blob", used[:count], args.seconds)
+            if count in proxy_counts:
+                direct[count] = measure(lab, direct_urls(used[:count], "blob"), used[:count],
+                                        args.seconds)
+            m = measure(lab, [f"http://{VIP}/blob"] * count, used[:count], args.seconds)
             rows.append(("direct routing", count, m))
-            print(table(rows[-1:], link_rate).splitlines()[-1], flush=True)
+            print(table(rows[-1:], link_rate, direct).splitlines()[-1], flush=True)
+            if count == small_count:
+                small.append(("direct routing", count,
+                              measure(lab, [f"http://{VIP}/index.html"] * count,
+                                      used[:count], args.small_seconds)))
         for kind in proxies:
             for count in proxy_counts:
                 proc = start_proxy(lab, kind, workdir, used[:count])
                 try:
-                    m = measure(lab, f"http://{BALANCER}:{PROXY_PORT}/blob", used[:count],
-                                args.seconds)
+                    url = f"http://{BALANCER}:{PROXY_PORT}"
+                    m = measure(lab, [f"{url}/blob"] * count, used[:count], args.seconds)
+                    if count == small_count:
+                        small.append((kind, count, measure(lab, [f"{url}/index.html"] * count,
+                                                           used[:count], args.small_seconds)))
                 finally:
                     proc.terminate()
                     proc.wait(timeout=10)
                     lab.nodes["lb1"].processes.remove(proc)
                 rows.append((kind, count, m))
-                print(table(rows[-1:], link_rate).splitlines()[-1], flush=True)
+                print(table(rows[-1:], link_rate, direct).splitlines()[-1], flush=True)
     finally:
         lab.teardown()
         shutil.rmtree(workdir, ignore_errors=True)
     text = (f"## Data plane: direct routing against proxies\n\n"
             f"`bench/dataplane.py`, {machine()}.  Every link (the balancer's and each "
             f"worker's) capped at {args.rate} Mbit/s both ways, the client's not; "
-            f"{args.seconds} s of 1 MiB downloads per figure, two in flight per worker.\n\n"
-            f"{table(rows, link_rate)}\n\n{summary(rows, link_rate)}\n\n"
-            + image_link("bench/dataplane.py", "throughput against workers"))
+            f"{args.seconds} s of 1 MiB downloads per figure, two in flight per worker.  "
+            "The balancer's CPU per GB: the whole machine's busy CPU time per GB served, "
+            "less the same for the client fetching from the same workers directly (below); "
+            "every node shares one emulated kernel, and IPVS works in its packet path, "
+            "where no process is charged for it.\n\n"
+            f"{table(rows, link_rate, direct)}\n\n{summary(rows, link_rate, direct)}\n\n"
+            + image_link("bench/dataplane.py", "throughput against workers") + "\n\n"
+            "The client past the balancer, fetching from each worker's own address "
+            "(the baseline of the CPU column):\n\n"
+            f"{direct_table(direct)}\n\n"
+            f"Small pages: each worker's index page, a line of text, {args.small_seconds} s "
+            f"per figure, two requests in flight per worker; here the emulated CPU, not the "
+            f"links, is the limit.\n\n{small_table(small)}")
     print(data_line("bench/dataplane.py", {"link_rate": link_rate, "rows": rows}), flush=True)
     print("\n" + section("bench/dataplane.py", text), flush=True)
     return 0

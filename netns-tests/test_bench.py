@@ -61,19 +61,20 @@ def requests(cell):
 
 
 def rows(markdown):
-    """{path: {"share": received per response byte, "failed": N}} of the table."""
+    """{path: {"share": received per response byte, "cpu": balancer CPU s per GB,
+    "complete": N, "failed": N}} of the table."""
     found = {}
-    for path, cells in table_rows(markdown, 7).items():
+    for path, cells in table_rows(markdown, 8).items():
         if cells[1].isdigit():
-            complete, failed = requests(cells[6])
-            found[path] = {"share": float(cells[5].rstrip("%")) / 100,
+            complete, failed = requests(cells[7])
+            found[path] = {"share": float(cells[5].rstrip("%")) / 100, "cpu": cells[6],
                            "complete": complete, "failed": failed}
     return found
 
 
 def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp_path):
     text = run_bench("dataplane.py", tmp_path, "--workers", "2", "--proxy-workers", "2",
-                     "--seconds", "3")
+                     "--seconds", "3", "--small-seconds", "2")
     measured = rows(text)
     assert set(measured) == {"direct routing", "haproxy", "pen", "nginx"}, text
     for path, m in measured.items():
@@ -81,6 +82,14 @@ def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp
     assert measured["direct routing"]["share"] < 0.05, text
     for proxy in ("haproxy", "pen", "nginx"):
         assert measured[proxy]["share"] > 1.0, text
+    for path, m in measured.items():
+        assert re.fullmatch(r"-?\d+\.\d", m["cpu"]), (path, text)
+    # The small pages went through every path too, none failed.
+    small = {path: cells for path, cells in table_rows(text, 5).items() if cells[1] == "2"}
+    assert set(small) == set(measured), text
+    for path, cells in small.items():
+        complete, failed = requests(cells[4])
+        assert complete > 0 and failed == 0, (path, text)
 
 
 def test_the_control_plane_benchmark_shows_a_weight_reload_keeping_keepalived_table(
