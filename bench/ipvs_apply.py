@@ -229,7 +229,7 @@ def connection_counters():
     from lbctl.adapters.ipvs import IpvsNetlink
 
     found = {}
-    for service in IpvsNetlink().dump():
+    for service in IpvsNetlink().snapshot().services:
         found[(service.label, None)] = service.stats.conns
         for dest in service.dests:
             found[(service.label, str(dest.address))] = dest.stats.conns

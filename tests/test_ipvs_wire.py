@@ -132,6 +132,10 @@ def test_dumped_services_parse_like_pyroute2_encodes_them():
     assert svc["stats"] == {"conns": 7, "inbytes": 1 << 40, "cps": 3}
     # The key sent back to ask for this service's real servers is the one received.
     assert ipvs_wire.service_attrs(WEB)[4:] == svc["key"]
+    # What apply reads: the same service without its counters.
+    bare = ipvs_wire.parse_service(ipvs_wire._top_attr(payload, ipvs_wire.IPVS_CMD_ATTR_SERVICE),
+                                   stats=False)
+    assert bare == {**svc, "stats": {}}
 
 
 def test_dumped_real_servers_parse_like_pyroute2_encodes_them():
@@ -140,10 +144,15 @@ def test_dumped_real_servers_parse_like_pyroute2_encodes_them():
         ("IPVS_DEST_ATTR_FWD_METHOD", 3), ("IPVS_DEST_ATTR_WEIGHT", 2),
         ("IPVS_DEST_ATTR_ACTIVE_CONNS", 4), ("IPVS_DEST_ATTR_INACT_CONNS", 9),
         ("IPVS_DEST_ATTR_ADDR_FAMILY", 2),
+        ("IPVS_DEST_ATTR_STATS64", {"attrs": [("IPVS_STATS_ATTR_CONNS", 5),
+                                              ("IPVS_STATS_ATTR_OUTBYTES", 1 << 33)]}),
     ])
     dest = ipvs_wire.parse_dest(ipvs_wire._top_attr(payload, ipvs_wire.IPVS_CMD_ATTR_DEST))
     assert dest == {"addr": "192.168.100.6", "port": 80, "forward": 3, "weight": 2,
-                    "active": 4, "inactive": 9, "stats": {}}
+                    "active": 4, "inactive": 9, "stats": {"conns": 5, "outbytes": 1 << 33}}
+    bare = ipvs_wire.parse_dest(ipvs_wire._top_attr(payload, ipvs_wire.IPVS_CMD_ATTR_DEST),
+                                stats=False)
+    assert bare == {**dest, "stats": {}}
 
 
 def test_the_kernels_sixteen_byte_address_union_reads_as_ipv4():

@@ -40,7 +40,8 @@ def _ipvs_family(sock):
 class IpvsNetlink:
     # -- reading -----------------------------------------------------------
     def dump(self):
-        table = self._with_family(lambda sock, family: sock.ipvs_table(family))
+        """The table as apply, plan and drain need it: counters at zero (snapshot() has them)."""
+        table = self._with_family(lambda sock, family: sock.ipvs_table(family, stats=False))
         return [self._service(svc, dests) for svc, dests in table]
 
     def timeouts(self):

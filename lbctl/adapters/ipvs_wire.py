@@ -210,6 +210,14 @@ _DEST_FIELDS = {
 }
 
 
+# What apply, plan and drain read: the table without its counters.  Decoding
+# each real server's two stats blocks was most of a dump's cost.
+_STATS_KINDS = {SVC_STATS, SVC_STATS64}
+_SERVICE_FIELDS_BARE = {k: v for k, v in _SERVICE_FIELDS.items() if k not in _STATS_KINDS}
+_DEST_FIELDS_BARE = {k: v for k, v in _DEST_FIELDS.items()
+                     if k not in (DEST_STATS, DEST_STATS64)}
+
+
 _DAEMON_FIELDS = {
     DAEMON_STATE: ("state", _uint), DAEMON_MCAST_IFN: ("interface", _cstring),
     DAEMON_SYNC_ID: ("syncid", _uint), DAEMON_MCAST_GROUP: ("group", _ipv4),
@@ -218,11 +226,19 @@ _DAEMON_FIELDS = {
 
 
 def _fields(attrs, fields, **defaults):
+    """The attributes named in `fields`, decoded.  iter_attrs() inlined and
+    only wanted values sliced: a dump of 10,000 real servers runs this loop
+    for every attribute of every one of them."""
     found = dict(defaults)
-    for kind, value in iter_attrs(attrs):
-        if kind in fields:
-            name, decode = fields[kind]
-            found[name] = decode(value)
+    offset, end, unpack = 0, len(attrs), _NLA.unpack_from
+    while offset + 4 <= end:
+        length, kind = unpack(attrs, offset)
+        if length < 4:
+            break
+        wanted = fields.get(kind & 0x3FFF)
+        if wanted is not None:
+            found[wanted[0]] = wanted[1](attrs[offset + 4:offset + length])
+        offset += (length + 3) & ~3
     return found
 
 
@@ -234,16 +250,17 @@ def _decode(attrs, fields, **defaults):
     return found
 
 
-def parse_service(attrs):
-    """A dumped service's attributes as a dict; 'key' holds its raw key attributes."""
-    svc = _decode(attrs, _SERVICE_FIELDS)
+def parse_service(attrs, stats=True):
+    """A dumped service's attributes as a dict; 'key' holds its raw key
+    attributes.  Without `stats`, its counters are left out ({})."""
+    svc = _decode(attrs, _SERVICE_FIELDS if stats else _SERVICE_FIELDS_BARE)
     svc["key"] = b"".join(nla(kind, value) for kind, value in iter_attrs(attrs)
                           if kind in SERVICE_KEY_ATTRS)
     return svc
 
 
-def parse_dest(attrs):
-    return _decode(attrs, _DEST_FIELDS, active=0, inactive=0)
+def parse_dest(attrs, stats=True):
+    return _decode(attrs, _DEST_FIELDS if stats else _DEST_FIELDS_BARE, active=0, inactive=0)
 
 
 def stop_daemon_attrs(state):
@@ -350,12 +367,13 @@ class GenlSocket:
     def set_timeouts(self, family, timeouts):
         self.ask(family, IPVS_CMD_SET_CONFIG, config_attrs(timeouts))
 
-    def ipvs_table(self, family):
-        """Every IPVS service with its real servers: [(service dict, [dest dicts])]."""
+    def ipvs_table(self, family, stats=True):
+        """Every IPVS service with its real servers: [(service dict, [dest dicts])];
+        without `stats`, their counters are left out."""
         table = []
         for payload in self.dump(family, IPVS_CMD_GET_SERVICE):
-            svc = parse_service(_top_attr(payload, IPVS_CMD_ATTR_SERVICE) or b"")
-            dests = [parse_dest(_top_attr(p, IPVS_CMD_ATTR_DEST) or b"")
+            svc = parse_service(_top_attr(payload, IPVS_CMD_ATTR_SERVICE) or b"", stats)
+            dests = [parse_dest(_top_attr(p, IPVS_CMD_ATTR_DEST) or b"", stats)
                      for p in self.dump(family, IPVS_CMD_GET_DEST,
                                         nla(IPVS_CMD_ATTR_SERVICE, svc["key"]))]
             table.append((svc, dests))

@@ -83,7 +83,7 @@ class OpResult:
 
 @runtime_checkable
 class Ipvs(Protocol):
-    def dump(self) -> list: ...  # [IpvsService]
+    def dump(self) -> list: ...  # [IpvsService], their stats left at zero
 
     def run(self, ops: list) -> list: ...  # [OpResult], one per op, same order
 
