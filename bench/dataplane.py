@@ -4,7 +4,7 @@ Builds one balancer, up to eight workers and a client in network namespaces,
 and caps the balancer's link and every worker's, both ways, with tc's token
 bucket, as a Raspberry Pi's Fast Ethernet port would.  The client's link is
 not capped: it stands for all the clients of the Internet.  Then real clients
-(ab, one per worker with two downloads in flight each) fetch a 1 MiB file for a fixed
+(ab, at two downloads in flight per worker) fetch a 1 MiB file for a fixed
 time:
 
   direct routing   lbctl apply on every node; requests reach the VIP on the
@@ -166,8 +166,10 @@ def fetch(lab, urls, concurrency, seconds):
 
 def measure(lab, urls, workers, seconds):
     """Throughput, requests, the balancer's share of the bytes and the
-    machine's CPU seconds of clients fetching `urls`: one ab per worker, so
-    that every path costs the client alike, with two requests in flight each."""
+    machine's CPU seconds of clients fetching `urls`, one ab each, with two
+    requests in flight per worker between them.  Through the balancer one ab
+    fetches the one URL: an ab per worker would cost the emulated machine
+    enough CPU to hold the client back at eight workers."""
     concurrency = max(1, 2 * len(workers) // len(urls))
     before = lab.iface_bytes("lb1")[0]
     client_before = lab.iface_bytes("client")[0]
@@ -306,21 +308,21 @@ def main():
             if count in proxy_counts:
                 direct[count] = measure(lab, direct_urls(used[:count], "blob"), used[:count],
                                         args.seconds)
-            m = measure(lab, [f"http://{VIP}/blob"] * count, used[:count], args.seconds)
+            m = measure(lab, [f"http://{VIP}/blob"], used[:count], args.seconds)
             rows.append(("direct routing", count, m))
             print(table(rows[-1:], link_rate, direct).splitlines()[-1], flush=True)
             if count == small_count:
                 small.append(("direct routing", count,
-                              measure(lab, [f"http://{VIP}/index.html"] * count,
+                              measure(lab, [f"http://{VIP}/index.html"],
                                       used[:count], args.small_seconds)))
         for kind in proxies:
             for count in proxy_counts:
                 proc = start_proxy(lab, kind, workdir, used[:count])
                 try:
                     url = f"http://{BALANCER}:{PROXY_PORT}"
-                    m = measure(lab, [f"{url}/blob"] * count, used[:count], args.seconds)
+                    m = measure(lab, [f"{url}/blob"], used[:count], args.seconds)
                     if count == small_count:
-                        small.append((kind, count, measure(lab, [f"{url}/index.html"] * count,
+                        small.append((kind, count, measure(lab, [f"{url}/index.html"],
                                                            used[:count], args.small_seconds)))
                 finally:
                     proc.terminate()
@@ -338,7 +340,9 @@ def main():
             "The balancer's CPU per GB: the whole machine's busy CPU time per GB served, "
             "less the same for the client fetching from the same workers directly (below); "
             "every node shares one emulated kernel, and IPVS works in its packet path, "
-            "where no process is charged for it.\n\n"
+            "where no process is charged for it.  The emulated machine's CPU time "
+            "varies from run to run by tens of seconds per GB, which is as much as direct "
+            "routing's path costs: read its figure as near zero, against a proxy's.\n\n"
             f"{table(rows, link_rate, direct)}\n\n{summary(rows, link_rate, direct)}\n\n"
             + image_link("bench/dataplane.py", "throughput against workers") + "\n\n"
             "The client past the balancer, fetching from each worker's own address "
