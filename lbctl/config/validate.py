@@ -32,8 +32,14 @@ VRRP_KEYS = {"router_id", "advert_interval", "preempt", "unicast"}
 BGP_KEYS = {"as", "router", "hold", "keepalive", "bfd"}
 BGP_ROUTER_KEYS = {"address", "as"}
 BFD_KEYS = {"interval", "multiplier"}
-# 4-byte AS numbers; 23456 is AS_TRANS, which stands in for them on 2-byte sessions.
-MAX_AS, AS_TRANS = 4294967295, 23456
+# 4-byte AS numbers.  23456 is AS_TRANS, which stands in for them on 2-byte
+# sessions; 65535 and 4294967295 are reserved (RFC 7300).
+MAX_AS = 4294967295
+RESERVED_AS = {23456: "AS_TRANS, a placeholder of BGP itself", 65535: "reserved (RFC 7300)",
+               4294967295: "reserved (RFC 7300)"}
+# Software BFD faster than this flaps on a busy Pi; slower than this, BGP's hold
+# time would notice first.
+MIN_BFD_INTERVAL, MAX_BFD_INTERVAL = 0.05, 10
 FILE_MODES = ("failover", "ecmp")  # what `mode:` may say; one balancer needs none
 MAX_ECMP_BALANCERS = 16
 HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise", "profile"}
@@ -194,7 +200,7 @@ def validate(doc):
     _cross_checks(c, balancers, workers, services, network)
     bgp = _bgp(c, top, ecmp, balancers, workers, services, network)
     if ecmp:
-        _ecmp_checks(c, top, services)
+        _ecmp_checks(c, top, services, network)
     vrrp = None if ecmp else _vrrp(c, top, cluster_name, balancers, services)
     timeouts = _ipvs_timeouts(c, top["ipvs"]) if "ipvs" in top else {}
     ssh = _ssh(c, top["ssh"], balancers, workers) if "ssh" in top else Ssh()
@@ -213,8 +219,9 @@ def _mode(c, top):
     return c.choice(top["mode"], ("mode",), FILE_MODES, "mode")
 
 
-def _ecmp_checks(c, top, services):
-    """What ECMP's all-active balancers rule out: VRRP, and any scheduler but mh."""
+def _ecmp_checks(c, top, services, network):
+    """What ECMP's all-active balancers rule out: VRRP, any scheduler but mh,
+    persistence, and VIPs on the balancers' own LAN."""
     if "vrrp" in top:
         c.error(("vrrp",), "vrrp: mode ecmp runs no VRRP (every balancer is active, and the "
                 "router's routes decide who gets a flow); remove this section", key=True)
@@ -226,13 +233,24 @@ def _ecmp_checks(c, top, services):
                     f"{'' if given else ' (the default)'}: a flow the router moves to another "
                     "balancer must reach the same worker, and only mh's consistent hash gives "
                     "every balancer the same choice", key=not given)
+        if svc.persistence:
+            c.error(("services", name, "persistence"), f"services.{name}.persistence: each "
+                    "balancer keeps its own persistence templates, so a client's connections "
+                    "that the router sends to different balancers would reach different "
+                    "workers; in mode ecmp mh's hash already keeps a client on its worker: "
+                    "remove it")
+        if network is not None and svc.vip in network:
+            c.error(("services", name, "vip"), f"services.{name}.vip: {svc.vip} is on the "
+                    f"balancers' LAN {network}; in mode ecmp the router routes each VIP to the "
+                    "balancers, and a client on the LAN would ask for it by ARP, which no "
+                    "balancer answers: take VIPs from a network of their own")
 
 
 def _as_number(c, value, path):
     number = c.integer(value, path, 1, MAX_AS, "AS number")
-    if number == AS_TRANS:
-        c.error(path, f"{c.where(path)}: AS {AS_TRANS} is AS_TRANS, a placeholder of BGP "
-                "itself; use a private AS such as 64512 to 65534 or 4200000000 to 4294967294")
+    if number in RESERVED_AS:
+        c.error(path, f"{c.where(path)}: AS {number} is {RESERVED_AS[number]}; use a private "
+                "AS such as 64512 to 65534 or 4200000000 to 4294967294")
         return None
     return number
 
@@ -262,6 +280,11 @@ def _bgp(c, top, ecmp, balancers, workers, services, network):
                                      balancers, workers, services, network)
         if "as" in spec["router"]:
             router_as = _as_number(c, spec["router"]["as"], rp + ("as",))
+    if None not in (local_as, router_as) and local_as == router_as:
+        c.error(p + ("as",), f"bgp.as: {local_as} is also the router's AS; lbctl speaks eBGP "
+                "to the router (iBGP resolves next hops differently): give the balancers an AS "
+                "of their own")
+        local_as = None
     hold = _whole_seconds(c, spec.get("hold", Bgp.hold), p + ("hold",), 3, 65535)
     keepalive = None
     if hold is not None:
@@ -269,6 +292,10 @@ def _bgp(c, top, ecmp, balancers, workers, services, network):
         keepalive = _whole_seconds(c, spec.get("keepalive", max(1, hold // 3)),
                                    p + ("keepalive",), 1, max(1, hold // 3))
     bfd = _bfd(c, spec.get("bfd", False), p + ("bfd",))
+    if bfd and hold is not None and bfd.interval * bfd.multiplier >= hold:
+        c.error(p + ("bfd",), f"bgp.bfd: {bfd.interval:g}s x {bfd.multiplier} is no sooner "
+                f"than the hold time ({hold}s): BFD would notice nothing BGP does not")
+        bfd = False
     if None in (local_as, router, router_as, hold, keepalive) or bfd is False:
         return None
     return Bgp(local_as, router, router_as, hold, keepalive, bfd)
@@ -282,6 +309,11 @@ def _router_address(c, value, path, balancers, workers, services, network):
     if address in nodes:
         c.error(path, f"{c.where(path)}: {address} is the address of node {nodes[address]}; "
                 "the router is the host the balancers announce the VIPs to")
+        return None
+    if network is not None and network.prefixlen < 31 \
+            and address in (network.network_address, network.broadcast_address):
+        c.error(path, f"{c.where(path)}: {address} is the network or broadcast address of "
+                f"{network}, not a host's")
         return None
     if address in {s.vip for s in services.values()}:
         c.error(path, f"{c.where(path)}: {address} is a VIP; the router needs an address "
@@ -313,9 +345,15 @@ def _bfd(c, value, path):
     spec = c.mapping(value, path, BFD_KEYS) if not isinstance(value, bool) else None
     if spec is None:
         return False
-    interval = c.duration(spec.get("interval", Bfd.interval), path + ("interval",), 0.01, 10)
-    multiplier = c.integer(spec.get("multiplier", Bfd.multiplier), path + ("multiplier",), 1,
-                           255, "multiplier")
+    ip = path + ("interval",)
+    interval = c.duration(spec.get("interval", Bfd.interval), ip, MIN_BFD_INTERVAL,
+                          MAX_BFD_INTERVAL)
+    if interval is not None and round(interval * 1000, 6) != round(interval * 1000):
+        c.error(ip, f"{c.where(ip)}: {spec['interval']!r} is not a whole number of "
+                "milliseconds")
+        interval = None
+    multiplier = c.integer(spec.get("multiplier", Bfd.multiplier), path + ("multiplier",), 3,
+                           50, "multiplier")
     if None in (interval, multiplier):
         return False
     return Bfd(interval, multiplier)
