@@ -19,6 +19,7 @@ APT_PACKAGES=(
   python3 python3-venv python3-pip      # lbctl itself
   iproute2 kmod procps ipvsadm          # the kernel side lbctl drives, and checks on it
   keepalived passwd nftables            # health checks and failover pairs (passwd: useradd; nftables: the takeover grace)
+  bird2                                 # mode ecmp: the tests check its BIRD config with BIRD's own parser
   systemd systemd-container             # systemd-analyze checks lbctl's units; the lab boots nodes with systemd-nspawn
   curl apache2-utils arping tcpdump     # lab clients and captures
   tmux                                  # the lab reads status --watch off a real terminal

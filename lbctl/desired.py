@@ -240,6 +240,11 @@ def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None
     `drained`: DestKeys `lbctl drain` took out (drains.drained_dests())."""
     if role_of(cluster, node) == "worker":
         return desired_worker(cluster, node)
+    if cluster.mode == "ecmp":
+        # A worker behind ECMP balancers is configured as any other; the
+        # balancers' BGP side is not run by this version yet.
+        raise NodeError(f"balancer {node}: this lbctl validates mode ecmp and configures its "
+                        "workers, but does not run ECMP balancers yet; nothing was changed")
     if cluster.engine == "keepalived":
         return desired_keepalived_balancer(cluster, node, interface, layout, leaving, force,
                                            drained, boot)

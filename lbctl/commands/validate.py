@@ -6,5 +6,12 @@ def run(args, out):
     name = "<stdin>" if args.file == "-" else args.file
     out.write(f"{name}: valid: cluster {cluster.name}, {len(cluster.balancers)} balancer(s), "
               f"{len(cluster.workers)} worker(s), {len(cluster.services)} service(s); "
-              f"balancers run by {cluster.engine}\n")
+              f"{_balancers(cluster)}\n")
     return 0
+
+
+def _balancers(cluster):
+    if cluster.mode == "ecmp":
+        return (f"mode ecmp: every balancer active, announcing the VIPs over BGP to "
+                f"{cluster.bgp.router} (AS {cluster.bgp.router_as})")
+    return f"balancers run by {cluster.engine}"

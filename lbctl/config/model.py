@@ -101,6 +101,35 @@ class Vrrp:
 
 
 @dataclass(frozen=True)
+class Bfd:
+    """BFD to the router: a dead link noticed in interval x multiplier, not a hold time."""
+
+    interval: float = 0.1  # seconds between BFD packets, both ways
+    multiplier: int = 3  # packets missed before the session is down
+
+
+@dataclass(frozen=True)
+class Bgp:
+    """How ECMP balancers announce the VIPs: one BGP session each to the router.
+
+    Every balancer speaks from its own address (its router id) in the same
+    AS; the router spreads flows over all the balancers announcing a VIP.
+    """
+
+    local_as: int
+    router: IPv4Address
+    router_as: int
+    hold: int = 9  # seconds without a message before the session is down
+    keepalive: int = 3  # seconds between keepalives: a third of the hold time
+    bfd: Bfd | None = None
+
+
+# How the balancers share the work: one alone, a VRRP pair (one active), or
+# all active behind the router's ECMP.
+MODES = ("single", "failover", "ecmp")
+
+
+@dataclass(frozen=True)
 class VirtualService:
     name: str
     vip: IPv4Address
@@ -189,6 +218,14 @@ class Cluster:
     # Where each balancer's `lbctl exporter` listens ("127.0.0.1:9588"), run
     # by a unit apply installs; None: no exporter unit.
     exporter: str | None = None
+    bgp: Bgp | None = None  # set in mode ecmp, and only there
+
+    @property
+    def mode(self):
+        """One of MODES: how the balancers share the work, decided here only."""
+        if self.bgp is not None:
+            return "ecmp"
+        return "failover" if len(self.balancers) > 1 else "single"
 
     @property
     def engine(self):

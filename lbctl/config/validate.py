@@ -11,7 +11,7 @@ import zlib
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
-    HEALTH_KINDS, HEALTH_PROFILES, IPVS_TIMEOUTS, PROTOCOLS, SCHEDULER_FLAGS, SCHEDULERS, Balancer, Cluster, HealthCheck,
+    HEALTH_KINDS, HEALTH_PROFILES, IPVS_TIMEOUTS, PROTOCOLS, SCHEDULER_FLAGS, SCHEDULERS, Balancer, Bfd, Bgp, Cluster, HealthCheck,
     DEFAULT_EXPORTER_LISTEN, NAME_PATTERN, RealServer, Ssh, VirtualService, Vrrp, Worker, split_listen,
 )
 from lbctl.errors import ConfigError
@@ -20,7 +20,7 @@ NAME_RE = re.compile(NAME_PATTERN)
 IFNAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
 
 TOP_KEYS = {"cluster", "network", "balancers", "workers", "services", "vrrp", "ipvs", "ssh",
-            "exporter"}
+            "exporter", "mode", "bgp"}
 IPVS_KEYS = {"timeouts"}
 # keepalived's limit for lvs_timeouts (LVS_MAX_TIMEOUT): 31 days.
 MAX_IPVS_TIMEOUT = 86400 * 31
@@ -29,6 +29,19 @@ WORKER_KEYS = {"address", "weight"}
 SERVICE_KEYS = {"vip", "port", "protocol", "scheduler", "persistence", "workers", "health",
                 "scheduler_flags", "one_packet"}
 VRRP_KEYS = {"router_id", "advert_interval", "preempt", "unicast"}
+BGP_KEYS = {"as", "router", "hold", "keepalive", "bfd"}
+BGP_ROUTER_KEYS = {"address", "as"}
+BFD_KEYS = {"interval", "multiplier"}
+# 4-byte AS numbers.  23456 is AS_TRANS, which stands in for them on 2-byte
+# sessions; 65535 and 4294967295 are reserved (RFC 7300).
+MAX_AS = 4294967295
+RESERVED_AS = {23456: "AS_TRANS, a placeholder of BGP itself", 65535: "reserved (RFC 7300)",
+               4294967295: "reserved (RFC 7300)"}
+# Software BFD faster than this flaps on a busy Pi; slower than this, BGP's hold
+# time would notice first.
+MIN_BFD_INTERVAL, MAX_BFD_INTERVAL = 0.05, 10
+FILE_MODES = ("failover", "ecmp")  # what `mode:` may say; one balancer needs none
+MAX_ECMP_BALANCERS = 16
 HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise", "profile"}
 KIND_KEYS = {"http": {"path", "status"}, "tcp": set(), "udp": {"payload", "reply"},
              "exec": {"command"}}
@@ -173,13 +186,22 @@ def validate(doc):
     if "cluster" in top:
         c.name(cluster_name, ("cluster",), "cluster name", key=False)
 
+    mode = _mode(c, top)
+    ecmp = mode == "ecmp"
     # A missing section was reported above; checking it again would only repeat that.
-    balancers = _balancers(c, top["balancers"]) if "balancers" in top else {}
+    balancers = _balancers(c, top["balancers"], ecmp) if "balancers" in top else {}
+    if mode == "failover" and isinstance(top.get("balancers"), dict) \
+            and len(top["balancers"]) != 2:
+        c.error(("mode",), "mode: failover is a VRRP pair and needs two balancers; this "
+                f"file has {len(top['balancers'])}")
     workers = _workers(c, top["workers"]) if "workers" in top else {}
     network = _network(c, top, balancers)
     services = _services(c, top["services"], workers) if "services" in top else {}
     _cross_checks(c, balancers, workers, services, network)
-    vrrp = _vrrp(c, top, cluster_name, balancers, services)
+    bgp = _bgp(c, top, ecmp, balancers, workers, services, network)
+    if ecmp:
+        _ecmp_checks(c, top, services, network)
+    vrrp = None if ecmp else _vrrp(c, top, cluster_name, balancers, services)
     timeouts = _ipvs_timeouts(c, top["ipvs"]) if "ipvs" in top else {}
     ssh = _ssh(c, top["ssh"], balancers, workers) if "ssh" in top else Ssh()
     exporter = _exporter(c, top["exporter"], balancers) if "exporter" in top else None
@@ -187,7 +209,154 @@ def validate(doc):
         raise ConfigError(c.errors)
     return Cluster(name=cluster_name, network=network, balancers=balancers,
                    workers=workers, services=services, source=doc.path, text=doc.text,
-                   vrrp=vrrp, ipvs_timeouts=timeouts, ssh=ssh, exporter=exporter)
+                   vrrp=vrrp, ipvs_timeouts=timeouts, ssh=ssh, exporter=exporter, bgp=bgp)
+
+
+def _mode(c, top):
+    """`mode:` as the file gives it, or None."""
+    if "mode" not in top:
+        return None
+    return c.choice(top["mode"], ("mode",), FILE_MODES, "mode")
+
+
+def _ecmp_checks(c, top, services, network):
+    """What ECMP's all-active balancers rule out: VRRP, any scheduler but mh,
+    persistence, and VIPs on the balancers' own LAN."""
+    if "vrrp" in top:
+        c.error(("vrrp",), "vrrp: mode ecmp runs no VRRP (every balancer is active, and the "
+                "router's routes decide who gets a flow); remove this section", key=True)
+    for name, svc in services.items():
+        if svc.scheduler != "mh":
+            given = "scheduler" in top["services"][name]
+            c.error(("services", name, "scheduler") if given else ("services", name),
+                    f"services.{name}: mode ecmp needs scheduler mh, found {svc.scheduler}"
+                    f"{'' if given else ' (the default)'}: a flow the router moves to another "
+                    "balancer must reach the same worker, and only mh's consistent hash gives "
+                    "every balancer the same choice", key=not given)
+        if svc.persistence:
+            c.error(("services", name, "persistence"), f"services.{name}.persistence: each "
+                    "balancer keeps its own persistence templates, so a client's connections "
+                    "that the router sends to different balancers would reach different "
+                    "workers; in mode ecmp mh's hash already keeps a client on its worker: "
+                    "remove it")
+        if network is not None and svc.vip in network:
+            c.error(("services", name, "vip"), f"services.{name}.vip: {svc.vip} is on the "
+                    f"balancers' LAN {network}; in mode ecmp the router routes each VIP to the "
+                    "balancers, and a client on the LAN would ask for it by ARP, which no "
+                    "balancer answers: take VIPs from a network of their own")
+
+
+def _as_number(c, value, path):
+    number = c.integer(value, path, 1, MAX_AS, "AS number")
+    if number in RESERVED_AS:
+        c.error(path, f"{c.where(path)}: AS {number} is {RESERVED_AS[number]}; use a private "
+                "AS such as 64512 to 65534 or 4200000000 to 4294967294")
+        return None
+    return number
+
+
+def _bgp(c, top, ecmp, balancers, workers, services, network):
+    """The BGP settings of mode ecmp (model.Bgp), None in the other modes."""
+    p = ("bgp",)
+    if not ecmp:
+        if "bgp" in top:
+            c.error(p, "bgp: BGP announces the VIPs in mode ecmp only; add `mode: ecmp` "
+                    "(every balancer active behind the router) or remove this section", key=True)
+        return None
+    if "bgp" not in top:
+        c.error(("mode",), "mode: ecmp needs a `bgp:` section: this balancers' AS (`as`) and "
+                "the router they announce the VIPs to (`router: {address: ..., as: ...}`)")
+        return None
+    spec = c.mapping(top["bgp"], p, BGP_KEYS, required=("as", "router"))
+    if spec is None:
+        return None
+    local_as = _as_number(c, spec["as"], p + ("as",)) if "as" in spec else None
+    router, router_as = None, None
+    if "router" in spec and c.mapping(spec["router"], p + ("router",), BGP_ROUTER_KEYS,
+                                      required=("address", "as")) is not None:
+        rp = p + ("router",)
+        if "address" in spec["router"]:
+            router = _router_address(c, spec["router"]["address"], rp + ("address",),
+                                     balancers, workers, services, network)
+        if "as" in spec["router"]:
+            router_as = _as_number(c, spec["router"]["as"], rp + ("as",))
+    if None not in (local_as, router_as) and local_as == router_as:
+        c.error(p + ("as",), f"bgp.as: {local_as} is also the router's AS; lbctl speaks eBGP "
+                "to the router (iBGP resolves next hops differently): give the balancers an AS "
+                "of their own")
+        local_as = None
+    hold = _whole_seconds(c, spec.get("hold", Bgp.hold), p + ("hold",), 3, 65535)
+    keepalive = None
+    if hold is not None:
+        # RFC 4271 suggests a third of the hold time: two keepalives may be lost.
+        keepalive = _whole_seconds(c, spec.get("keepalive", max(1, hold // 3)),
+                                   p + ("keepalive",), 1, max(1, hold // 3))
+    bfd = _bfd(c, spec.get("bfd", False), p + ("bfd",))
+    if bfd and hold is not None and bfd.interval * bfd.multiplier >= hold:
+        c.error(p + ("bfd",), f"bgp.bfd: {bfd.interval:g}s x {bfd.multiplier} is no sooner "
+                f"than the hold time ({hold}s): BFD would notice nothing BGP does not")
+        bfd = False
+    if None in (local_as, router, router_as, hold, keepalive) or bfd is False:
+        return None
+    return Bgp(local_as, router, router_as, hold, keepalive, bfd)
+
+
+def _router_address(c, value, path, balancers, workers, services, network):
+    address = c.address(value, path)
+    if address is None:
+        return None
+    nodes = {n.address: name for name, n in {**balancers, **workers}.items()}
+    if address in nodes:
+        c.error(path, f"{c.where(path)}: {address} is the address of node {nodes[address]}; "
+                "the router is the host the balancers announce the VIPs to")
+        return None
+    if network is not None and network.prefixlen < 31 \
+            and address in (network.network_address, network.broadcast_address):
+        c.error(path, f"{c.where(path)}: {address} is the network or broadcast address of "
+                f"{network}, not a host's")
+        return None
+    if address in {s.vip for s in services.values()}:
+        c.error(path, f"{c.where(path)}: {address} is a VIP; the router needs an address "
+                "of its own")
+        return None
+    if network is not None and address not in network:
+        c.error(path, f"{c.where(path)}: {address} is not on the balancers' network "
+                f"{network}; each balancer talks BGP to the router over the LAN (set "
+                "`network:` if it is wider)")
+        return None
+    return address
+
+
+def _whole_seconds(c, value, path, low, high):
+    seconds = c.duration(value, path, low, high)
+    if seconds is not None and seconds != int(seconds):
+        c.error(path, f"{c.where(path)}: {value!r} is not a whole number of seconds; BGP "
+                "counts its timers in seconds")
+        return None
+    return None if seconds is None else int(seconds)
+
+
+def _bfd(c, value, path):
+    """Bfd settings, None for no BFD, False when the value is wrong."""
+    if value is True:
+        return Bfd()
+    if value is False:
+        return None
+    spec = c.mapping(value, path, BFD_KEYS) if not isinstance(value, bool) else None
+    if spec is None:
+        return False
+    ip = path + ("interval",)
+    interval = c.duration(spec.get("interval", Bfd.interval), ip, MIN_BFD_INTERVAL,
+                          MAX_BFD_INTERVAL)
+    if interval is not None and round(interval * 1000, 6) != round(interval * 1000):
+        c.error(ip, f"{c.where(ip)}: {spec['interval']!r} is not a whole number of "
+                "milliseconds")
+        interval = None
+    multiplier = c.integer(spec.get("multiplier", Bfd.multiplier), path + ("multiplier",), 3,
+                           50, "multiplier")
+    if None in (interval, multiplier):
+        return False
+    return Bfd(interval, multiplier)
 
 
 def _ipvs_timeouts(c, value):
@@ -263,11 +432,15 @@ def _exporter(c, value, balancers):
     return text
 
 
-def _balancers(c, value):
-    if isinstance(value, dict) and len(value) > 2:
-        third = list(value)[2]
-        c.error(("balancers", third), "balancers: at most two balancers (one failover pair) "
-                "per cluster", key=True)
+def _balancers(c, value, ecmp=False):
+    if isinstance(value, dict) and len(value) > (MAX_ECMP_BALANCERS if ecmp else 2):
+        extra = list(value)[MAX_ECMP_BALANCERS if ecmp else 2]
+        c.error(("balancers", extra), f"balancers: at most {MAX_ECMP_BALANCERS} balancers in "
+                "mode ecmp" if ecmp else "balancers: at most two balancers (one failover pair) "
+                "per cluster; for more, all active, use `mode: ecmp`", key=True)
+    if ecmp and isinstance(value, dict) and len(value) < 2:
+        c.error(("balancers",), "balancers: mode ecmp spreads flows over two or more "
+                "balancers; this file has one", key=True)
     result = {}
     for name, spec, p in c.entries(value, "balancers", "balancer", BALANCER_KEYS, ("address",)):
         addr = c.address(spec["address"], p + ("address",)) if "address" in spec else None
@@ -277,11 +450,14 @@ def _balancers(c, value):
                     "valid interface name (up to 15 letters, digits, '_', '.', '-')")
             iface = None
         prio = None
-        if "priority" in spec:
+        if ecmp and "priority" in spec:
+            c.error(p + ("priority",), f"{c.where(p + ('priority',))}: a VRRP priority, and "
+                    "mode ecmp runs no VRRP; remove it", key=True)
+        elif "priority" in spec:
             prio = c.integer(spec["priority"], p + ("priority",), 1, 254, "priority")
         if addr is not None:
             result[name] = Balancer(name, addr, iface, prio)
-    if len(result) == 2:
+    if len(result) == 2 and not ecmp:
         result = _pair_priorities(c, result)
     return result
 

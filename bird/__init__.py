@@ -1,0 +1,1 @@
+"""Shipped with lbctl as package data (see pyproject.toml)."""
