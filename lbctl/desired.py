@@ -158,19 +158,19 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
                           if spec.in_use(key.service.protocol)}
     state.drained = set(drained)
     state.sysctls = dict(BALANCER_SYSCTLS)
-    if len(cluster.balancers) > 1:
+    if cluster.mode == "failover":
         state.sysctls.update(PAIR_SYSCTLS)
     state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout,
                                                                state.draining, state.drained))
     _saved_copy(state, cluster, boot)
     scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
-    if len(cluster.balancers) > 1:
+    if cluster.mode == "failover":
         scripts[layout.takeover] = TAKEOVER_SCRIPT
         state.files[layout.takeover_rules] = FileSpec(render_takeover_rules(cluster, layout))
     for path, name in scripts.items():
         state.files[path] = FileSpec(script_text(name), 0o755)
     vips = {Address(vip, interface) for vip in cluster.vips}
-    if len(cluster.balancers) > 1:
+    if cluster.mode == "failover":
         state.external = vips  # VRRP moves them between the pair
     else:
         state.addresses = vips  # nothing to fail over to: lbctl holds them itself
@@ -178,7 +178,7 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
         # config without them leaves them running (only its stop ends them).
         state.stray_sync = (interface, cluster.vrrp.router_id)
     # A single balancer's unit puts its VIPs back at boot; a pair's come from VRRP.
-    boot_vips = [] if len(cluster.balancers) > 1 else sorted(vips)
+    boot_vips = [] if cluster.mode == "failover" else sorted(vips)
     _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips))
     programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
                          if svc.health is not None and svc.health.kind == "exec")

@@ -81,7 +81,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         # Also for the netlink engine: a balancer leaving keepalived stops it.
         layout = KeepalivedLayout(cluster.name, root)
         keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.engine ==
-                                       "keepalived" and len(cluster.balancers) > 1)
+                                       "keepalived" and cluster.mode == "failover")
     boot = _boot_apply(cluster, root) if is_balancer else None
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}

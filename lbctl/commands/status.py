@@ -197,7 +197,7 @@ def keepalived_states(root, clusters=None):
             health = _checks_run(config, health)
         found[cluster] = {
             # False: the config runs no VRRP (one balancer); None: no saved copy says.
-            "pair": None if config is None else len(config.balancers) > 1,
+            "pair": None if config is None else config.mode == "failover",
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
             "transitions": read_transitions(state_dir),
             "health": health,

@@ -225,7 +225,7 @@ def _ipvs_modules(cluster, name, facts):
 def _balancer_vips(cluster, name, ifname, facts, file_hint):
     """A single balancer holds every VIP on its LAN interface.  Of a pair, only
     the master does; which one that is shows on the wire (wire.py)."""
-    if len(cluster.balancers) != 1:
+    if cluster.mode != "single":
         return []
     held = {ip for ip, _p in facts.addresses_on(ifname)}
     return [Finding(name, "vip-not-on-balancer",
