@@ -11,7 +11,7 @@ from lbctl.render.systemd import (
 from lbctl.saved import saved_copy
 from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
 
-KEEPALIVED_SCRIPTS = ("lbctl-check", "lbctl-notify")
+KEEPALIVED_SCRIPTS = ("lbctl-check", "lbctl-notify", "lbctl-hook-order")
 # A failover pair's sync daemon re-sends each connection every 10 incoming
 # packets instead of 50: in the lab, with the default, a burst of new
 # connections left a fifth of them unknown to the backup at failover.

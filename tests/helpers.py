@@ -43,6 +43,18 @@ def keepalived_findings(tmp_path, text):
     return conf, keepalived_test(tmp_path, conf, cluster.name)
 
 
+def install_hook(folder, name):
+    """A keepalived hook of lbctl's in `folder`, with the helpers it sources
+    from beside it, as apply installs them; its path."""
+    from lbctl.render.keepalived import HOOK_ORDER, script_text
+
+    for each in (HOOK_ORDER, name):
+        script = folder / each
+        script.write_text(script_text(each))
+        script.chmod(0o755)
+    return script
+
+
 def keepalived_test(tmp_path, conf, cluster_name="pi-web"):
     """keepalived's findings on a conf edited after keepalived_findings()."""
     from lbctl.adapters.keepalived import KeepalivedProcess

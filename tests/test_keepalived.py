@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeKeepalived, FakeSysctls
-from helpers import PI_SINGLE, cluster_from, keepalived_findings, keepalived_test
+from helpers import PI_SINGLE, cluster_from, install_hook, keepalived_findings, keepalived_test
 from lbctl.adapters.keepalived import KeepalivedProcess
 from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
 from lbctl.config.model import DestKey, ServiceKey
@@ -432,9 +432,7 @@ def test_exec_checks_get_the_worker_address_and_no_shell(tmp_path):
 
 
 def test_the_notify_hook_records_state_and_time(tmp_path):
-    script = tmp_path / "lbctl-notify"
-    script.write_text(script_text("lbctl-notify"))
-    script.chmod(0o755)
+    script = install_hook(tmp_path, "lbctl-notify")
     subprocess.run([str(script), str(tmp_path), "health", "web", "pi1", "down"], check=True)
     subprocess.run([str(script), str(tmp_path), "vrrp", "INSTANCE", "lbctl_pi-web", "MASTER",
                     "150"], check=True)
@@ -443,7 +441,8 @@ def test_the_notify_hook_records_state_and_time(tmp_path):
     found = read_state_dir(str(tmp_path))
     assert found["health.web@pi1"].state == "down" and found["vrrp"].state == "MASTER"
     assert sorted(os.listdir(tmp_path)) == [
-        ".lock.health.web@pi1", ".lock.vrrp", "health.web@pi1", "lbctl-notify", "vrrp",
+        ".lock.health.web@pi1", ".lock.vrrp", "health.web@pi1", "lbctl-hook-order",
+        "lbctl-notify", "vrrp",
         "vrrp.transitions"]
     # Role changes count into and out of MASTER, not the states keepalived
     # passes through as it stops and starts again as backup.
@@ -460,9 +459,7 @@ def test_a_hook_started_before_the_one_on_record_changes_nothing(tmp_path):
     # its hook was forked (clock ticks since boot, then PID).
     from lbctl.health import read_state_dir
 
-    script = tmp_path / "lbctl-notify"
-    script.write_text(script_text("lbctl-notify"))
-    script.chmod(0o755)
+    script = install_hook(tmp_path, "lbctl-notify")
 
     def hook(*event):
         subprocess.run([str(script), str(tmp_path), *event], check=True)

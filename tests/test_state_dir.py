@@ -7,6 +7,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from helpers import install_hook
 from lbctl.health import read_state_dir, read_transitions
 from lbctl.render.keepalived import script_text
 
@@ -86,10 +87,7 @@ def test_the_check_script_does_no_arithmetic_with_what_it_reads(tmp_path):
 
 
 def _script(tmp_path, name):
-    script = tmp_path / name
-    script.write_text(script_text(name))
-    script.chmod(0o755)
-    return str(script)
+    return str(install_hook(tmp_path, name))
 
 
 @pytest.mark.parametrize("trap", ["fifo", "zero", "sparse"])

@@ -10,6 +10,7 @@ SCRIPT_USER = "lbctl"  # unprivileged user for health checks and notify hooks
 CHECK_SCRIPT = "lbctl-check"
 NOTIFY_SCRIPT = "lbctl-notify"
 TAKEOVER_SCRIPT = "lbctl-takeover"  # root hook of a pair: the takeover grace
+HOOK_ORDER = "lbctl-hook-order"  # sourced by the hooks: the order keepalived ran them in
 
 
 PREEMPT_DELAY_MAX = 1000  # seconds; keepalived drops a longer preempt_delay
