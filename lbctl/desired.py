@@ -28,6 +28,17 @@ PAIR_SYSCTLS = {"net.ipv4.vs.sync_threshold": "3\t10"}
 # persistence never ends.
 BALANCER_SYSCTLS = {"net.ipv4.vs.expire_nodest_conn": "1",
                     "net.ipv4.vs.expire_quiescent_template": "1"}
+# An ECMP balancer holds the VIPs on lo, as a worker does, and must not
+# answer ARP for them on the LAN: the router routes them to it.  And the
+# router may move a flow to another balancer mid-stream (a balancer joins or
+# leaves): IPVS there must take a packet that is not a SYN as the start of a
+# connection (sloppy_tcp, sloppy_sctp) and schedule ICMP errors too, so mh's
+# hash sends it on to the same worker.
+ECMP_SYSCTLS = {"net.ipv4.conf.all.arp_ignore": "1",
+                "net.ipv4.conf.all.arp_announce": "2",
+                "net.ipv4.vs.sloppy_tcp": "1",
+                "net.ipv4.vs.sloppy_sctp": "1",
+                "net.ipv4.vs.schedule_icmp": "1"}
 
 
 def find_node(cluster, local_addresses, requested=None):
@@ -147,8 +158,8 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     checks and all, until `lbctl undrain`.
     """
     from lbctl.render.keepalived import (
-        TAKEOVER_SCRIPT, config_digest, render_keepalived_conf, render_keepalived_unit,
-        render_takeover_rules, script_text,
+        ANNOUNCE_SCRIPT, TAKEOVER_SCRIPT, config_digest, render_keepalived_conf,
+        render_keepalived_unit, render_takeover_rules, script_text,
     )
 
     state = NodeState("balancer", node, cluster.name)
@@ -158,8 +169,7 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
                           if spec.in_use(key.service.protocol)}
     state.drained = set(drained)
     state.sysctls = dict(BALANCER_SYSCTLS)
-    if cluster.mode == "failover":
-        state.sysctls.update(PAIR_SYSCTLS)
+    state.sysctls.update({"failover": PAIR_SYSCTLS, "ecmp": ECMP_SYSCTLS}.get(cluster.mode, {}))
     state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout,
                                                                state.draining, state.drained))
     _saved_copy(state, cluster, boot)
@@ -167,22 +177,28 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     if cluster.mode == "failover":
         scripts[layout.takeover] = TAKEOVER_SCRIPT
         state.files[layout.takeover_rules] = FileSpec(render_takeover_rules(cluster, layout))
+    if cluster.mode == "ecmp":
+        scripts[layout.announce] = ANNOUNCE_SCRIPT
+        _ecmp_files(state, cluster, node, interface, layout)
     for path, name in scripts.items():
         state.files[path] = FileSpec(script_text(name), 0o755)
-    vips = {Address(vip, interface) for vip in cluster.vips}
+    vips = {Address(vip, "lo" if cluster.mode == "ecmp" else interface) for vip in cluster.vips}
     if cluster.mode == "failover":
         state.external = vips  # VRRP moves them between the pair
     else:
         state.addresses = vips  # nothing to fail over to: lbctl holds them itself
+    if cluster.mode == "single":
         # keepalived starts the pair's sync daemons, but a reload into a
         # config without them leaves them running (only its stop ends them).
         state.stray_sync = (interface, cluster.vrrp.router_id)
-    # A single balancer's unit puts its VIPs back at boot; a pair's come from VRRP.
+    # A pair's VIPs come from VRRP; the others' unit puts them back at boot.
     boot_vips = [] if cluster.mode == "failover" else sorted(vips)
-    _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips))
+    _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips,
+                                                       bird=cluster.mode == "ecmp"))
     programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
                          if svc.health is not None and svc.health.kind == "exec")
-    daemon_files = frozenset([layout.conf, *scripts, layout.takeover_rules])
+    daemon_files = frozenset([layout.conf, *scripts, layout.takeover_rules, layout.bird_conf,
+                              layout.announce_map])
     digest = config_digest({path: state.files[path].content for path in daemon_files
                             if path in state.files})
     state.daemon = DaemonSpec("keepalived", layout.conf, daemon_files, programs, digest)
@@ -196,6 +212,16 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
             weight = 0 if svc.health or key in state.drained else rs.weight
             state.start_dests[key] = DestSpec(weight)
     return state
+
+
+def _ecmp_files(state, cluster, node, interface, layout):
+    """Mode ecmp: BIRD's config and unit, and the map of which services each
+    VIP carries, which keepalived's announce hook reads."""
+    from lbctl.render.bird import render_announce_map, render_bird_conf, render_bird_unit
+
+    state.files[layout.bird_conf] = FileSpec(render_bird_conf(cluster, node, interface, layout))
+    state.files[layout.announce_map] = FileSpec(render_announce_map(cluster))
+    _enable(state, layout.bird_unit, render_bird_unit(layout, layout.unit))
 
 
 def desired_balancer(cluster, node, interface, boot=None, drained=frozenset()):
@@ -240,11 +266,6 @@ def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None
     `drained`: DestKeys `lbctl drain` took out (drains.drained_dests())."""
     if role_of(cluster, node) == "worker":
         return desired_worker(cluster, node)
-    if cluster.mode == "ecmp":
-        # A worker behind ECMP balancers is configured as any other; the
-        # balancers' BGP side is not run by this version yet.
-        raise NodeError(f"balancer {node}: this lbctl validates mode ecmp and configures its "
-                        "workers, but does not run ECMP balancers yet; nothing was changed")
     if cluster.engine == "keepalived":
         return desired_keepalived_balancer(cluster, node, interface, layout, leaving, force,
                                            drained, boot)

@@ -239,7 +239,8 @@ def _announce(adapters, plan, report):
     now, with the services that serve them in place, so the traffic the
     announcement pulls in is served.  (A worker's VIPs, on lo, never are.)
     The addresses work unannounced, so a failure is a warning, not a failed apply."""
-    added = [c.key for c in report.done if c.kind == "address" and c.action == ADD]
+    added = [c.key for c in report.done if c.kind == "address" and c.action == ADD
+             and c.key.ifname != "lo"]  # an ECMP balancer's, which the router routes to it
     if plan.role != "balancer" or not added:
         return
     try:

@@ -80,8 +80,8 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         ipvs = IpvsNetlink()
         # Also for the netlink engine: a balancer leaving keepalived stops it.
         layout = KeepalivedLayout(cluster.name, root)
-        keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.engine ==
-                                       "keepalived" and cluster.mode == "failover")
+        keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.mode == "failover",
+                                       bird=not remove and cluster.mode == "ecmp")
     boot = _boot_apply(cluster, root) if is_balancer else None
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}

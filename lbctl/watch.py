@@ -40,7 +40,7 @@ def frame(snapshot, previous, seconds, names, keepalived, now):
     `keepalived`: status.keepalived_states(), for VRRP and health.
     """
     from lbctl.config.model import DestKey
-    from lbctl.health import for_how_long
+    from lbctl.health import for_how_long, without_vrrp
 
     lines = [f"lbctl status --watch  {time.strftime('%H:%M:%S', time.localtime(now))}"
              f"  every {seconds:g}s  (q or Ctrl-C to leave)"]
@@ -49,8 +49,7 @@ def frame(snapshot, previous, seconds, names, keepalived, now):
         vrrp = info["vrrp"]
         role = (f"VRRP {vrrp['state']}, changed "
                 f"{for_how_long(now, vrrp['since']).removeprefix('for ')} ago") if vrrp else \
-            "no VRRP (a single balancer)" if info.get("pair") is False else \
-            "no VRRP state reported"
+            without_vrrp(info)
         lines.append(f"cluster {cluster}: {role}")
         health.update({(h["service"], h["worker"]): h["state"] or "?" for h in info["health"]})
     before = {} if previous is None else {

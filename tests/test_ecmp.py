@@ -7,14 +7,24 @@ Bad files are in tests/cases/bad/ecmp-*.yaml (test_bad_input.py).
 
 import shutil
 import subprocess
+import tempfile
+import time
 
 import pytest
 
 from lbctl.config import load_cluster
+from pathlib import Path
+
+from helpers import install_hook, keepalived_findings
+from lbctl.bgp import bgp_report, format_bgp
 from lbctl.config.model import Bfd, Bgp
 from lbctl.desired import desired_state
-from lbctl.errors import NodeError
-from lbctl.render.bird import render_bird_conf
+from lbctl.render.bird import render_announce_map, render_bird_conf
+from lbctl.render.keepalived import KeepalivedLayout
+from lbctl.render.systemd import exec_start_lines
+
+BIRD = shutil.which("bird") or "/usr/sbin/bird"
+BIRDC = shutil.which("birdc") or "/usr/sbin/birdc"
 
 ECMP = """\
 cluster: pi-web
@@ -73,16 +83,22 @@ def test_the_other_modes_are_told_by_the_balancers(tmp_path):
     assert load(tmp_path, "mode: failover\n" + pair).mode == "failover"
 
 
-def test_a_balancer_offers_the_router_only_the_vips_it_is_given(tmp_path):
+def layout_in(tmp_path, cluster):
+    layout = KeepalivedLayout(cluster.name, str(tmp_path / "root"))
+    (tmp_path / "root" / layout.announce_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    return layout
+
+
+def test_a_balancer_offers_the_router_the_vips_its_hook_puts_in_the_folder(tmp_path):
     cluster = load(tmp_path)
-    text = render_bird_conf(cluster, "lb2", "eth0", announced=[cluster.vips[1]])
+    layout = layout_in(tmp_path, cluster)
+    text = render_bird_conf(cluster, "lb2", "eth0", layout)
     assert "router id 192.168.100.5;" in text
     assert "local 192.168.100.5 as 65001;" in text
     assert "neighbor 192.168.100.1 as 65000;" in text
     assert "hold time 9;" in text and "keepalive time 3;" in text
-    # Both VIPs in BIRD's table, only the announced one in the export filter.
-    assert "    route 10.200.0.10/32 blackhole;\n    route 10.200.0.11/32 blackhole;" in text
-    assert "export where net ~ [ 10.200.0.11/32 ];" in text
+    assert f'    include "{layout.real(layout.announce_dir)}/*.conf";' in text
+    assert 'export where proto = "lbctl_vips";' in text
     # Nothing from the router comes in, nothing reaches the kernel's table,
     # and a balancer that goes away is withdrawn, not kept as stale.
     assert "import none;" in text
@@ -91,27 +107,29 @@ def test_a_balancer_offers_the_router_only_the_vips_it_is_given(tmp_path):
     assert "bfd" not in text.split("protocol bgp")[1]
 
 
-def test_until_health_is_known_nothing_is_offered(tmp_path):
-    text = render_bird_conf(load(tmp_path), "lb1", "eth0")
-    assert "export none;" in text and "export where" not in text
-    with pytest.raises(ValueError, match="not VIPs of cluster pi-web"):
-        render_bird_conf(load(tmp_path), "lb1", "eth0", announced=["10.9.9.9"])
+def test_the_announce_map_lists_every_service_of_each_vip(tmp_path):
+    text = ECMP.replace("  dns: {vip: 10.200.0.11,", "  ssh: {vip: 10.200.0.10, port: 22, "
+                        "scheduler: mh}\n  dns: {vip: 10.200.0.11,")
+    assert render_announce_map(load(tmp_path, text)) == "10.200.0.10 ssh web\n10.200.0.11 dns\n"
 
 
 @pytest.mark.parametrize("bfd", ["", "  bfd: {interval: 100ms, multiplier: 5}\n"])
-@pytest.mark.parametrize("announce", [True, False])
-def test_bird_itself_accepts_the_config(tmp_path, bfd, announce):
-    """BIRD's parser (`bird -p`) is the judge of its syntax, not a golden file."""
-    bird = shutil.which("bird") or "/usr/sbin/bird"
+@pytest.mark.parametrize("offered", [0, 2])
+def test_bird_itself_accepts_the_config(tmp_path, bfd, offered):
+    """BIRD's parser (`bird -p`) is the judge of its syntax, not a golden file;
+    with routes in the folder as the hook writes them, and with none."""
     cluster = load(tmp_path, ECMP.replace("  as: 65001\n", "  as: 65001\n" + bfd))
+    layout = layout_in(tmp_path, cluster)
+    for vip in cluster.vips[:offered]:
+        Path(layout.real(layout.announce_dir), f"{vip}.conf").write_text(
+            f"route {vip}/32 blackhole;\n")
     conf = tmp_path / "bird.conf"
-    conf.write_text(render_bird_conf(cluster, "lb1", "eth0",
-                                     announced=cluster.vips if announce else ()))
+    conf.write_text(render_bird_conf(cluster, "lb1", "eth0", layout))
     if bfd:
         assert 'interface "eth0" {\n        interval 100 ms;\n        multiplier 5;' \
             in conf.read_text()
         assert "    bfd on;\n" in conf.read_text()
-    done = subprocess.run([bird, "-p", "-c", str(conf)], capture_output=True, text=True,
+    done = subprocess.run([BIRD, "-p", "-c", str(conf)], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr + conf.read_text()
 
@@ -120,16 +138,246 @@ def test_bird_rejects_what_the_template_must_never_write(tmp_path):
     """The judge above can fail: a config BIRD cannot parse exits non-zero."""
     conf = tmp_path / "bird.conf"
     cluster = load(tmp_path)
-    conf.write_text(render_bird_conf(cluster, "lb1", "eth0", announced=cluster.vips)
-                    .replace("blackhole", "blackhol"))
-    done = subprocess.run([shutil.which("bird") or "/usr/sbin/bird", "-p", "-c", str(conf)],
-                          capture_output=True, text=True, timeout=30)
+    conf.write_text(render_bird_conf(cluster, "lb1", "eth0", layout_in(tmp_path, cluster))
+                    .replace("blackhole", "blackhol").replace("lbctl_vips {", "lbctl_vips {{"))
+    done = subprocess.run([BIRD, "-p", "-c", str(conf)], capture_output=True, text=True,
+                          timeout=30)
     assert done.returncode != 0
 
 
-def test_workers_are_configured_and_balancers_refused_with_nothing_changed(tmp_path):
-    cluster = load(tmp_path)
-    worker = desired_state(cluster, "pi1", None)
-    assert {str(a.ip) for a in worker.addresses} == {"10.200.0.10", "10.200.0.11"}
-    with pytest.raises(NodeError, match="does not run ECMP balancers yet; nothing was changed"):
-        desired_state(cluster, "lb1", "eth0")
+def test_a_worker_behind_ecmp_balancers_is_configured_as_any_other(tmp_path):
+    worker = desired_state(load(tmp_path), "pi1", None)
+    assert {(str(a.ip), a.ifname) for a in worker.addresses} == {("10.200.0.10", "lo"),
+                                                                  ("10.200.0.11", "lo")}
+
+
+def balancer_state(tmp_path, node="lb1", text=ECMP):
+    cluster = load(tmp_path, text)
+    layout = KeepalivedLayout(cluster.name, str(tmp_path / "root"))
+    return cluster, layout, desired_state(cluster, node, "eth0", layout=layout)
+
+
+def test_a_balancer_holds_the_vips_on_lo_and_never_answers_arp_for_them(tmp_path):
+    _cluster, layout, state = balancer_state(tmp_path)
+    assert {(str(a.ip), a.ifname) for a in state.addresses} == {("10.200.0.10", "lo"),
+                                                                 ("10.200.0.11", "lo")}
+    assert state.external >= {svc for svc in state.start_services}  # keepalived's table
+    assert state.sysctls["net.ipv4.conf.all.arp_ignore"] == "1"
+    assert state.sysctls["net.ipv4.conf.all.arp_announce"] == "2"
+    # A flow the router moves to this balancer mid-stream is scheduled, by mh.
+    assert state.sysctls["net.ipv4.vs.sloppy_tcp"] == "1"
+    assert {s.scheduler for s in state.start_services.values()} == {"mh"}
+    # No pair: no sync daemon thresholds, no takeover grace.
+    assert "net.ipv4.vs.sync_threshold" not in state.sysctls
+    assert layout.takeover not in state.files and layout.takeover_rules not in state.files
+    # At boot the unit sets the ARP sysctls before it puts the VIPs back.
+    unit = state.files[f"/etc/systemd/system/{layout.unit}"].content
+    starts = exec_start_lines(unit, "ExecStartPre")
+    arp = starts.index(["/usr/sbin/sysctl", "-q", "-w", '"net.ipv4.conf.all.arp_ignore=1"'])
+    vip = starts.index(["/usr/sbin/ip", "-4", "address", "replace", "10.200.0.10/32", "dev",
+                        "lo"])
+    assert arp < vip
+
+
+def test_a_balancer_runs_bird_with_keepalived(tmp_path):
+    _cluster, layout, state = balancer_state(tmp_path, "lb2")
+    assert "router id 192.168.100.5;" in state.files[layout.bird_conf].content
+    assert state.files[layout.announce_map].content == "10.200.0.10 web\n10.200.0.11 dns\n"
+    assert state.files[layout.announce].mode == 0o755
+    bird = state.files[f"/etc/systemd/system/{layout.bird_unit}"].content
+    # BIRD stops (the router withdraws the VIPs) when keepalived stops or dies.
+    assert f"BindsTo={layout.unit}\n" in bird and f"After={layout.unit}\n" in bird
+    assert state.links[f"/etc/systemd/system/multi-user.target.wants/{layout.bird_unit}"]
+    keepalived = state.files[f"/etc/systemd/system/{layout.unit}"].content
+    assert f"Wants={layout.bird_unit}\n" in keepalived
+    # A reload syncs the offered VIPs with the file's services; a start
+    # offers nothing until the checks pass.
+    assert exec_start_lines(keepalived, "ExecReload")[-1] == layout.announce_argv("sync")
+    assert ["/usr/bin/rm", "-rf", layout.real(layout.announce_dir)] in \
+        exec_start_lines(keepalived, "ExecStartPre")
+    # A changed bird.conf or map reloads (and so reconfigures BIRD).
+    assert {layout.bird_conf, layout.announce_map} <= state.daemon.files
+
+
+def test_keepalived_runs_checks_and_quorum_hooks_but_no_vrrp(tmp_path):
+    _cluster, layout, state = balancer_state(tmp_path)
+    conf = state.files[layout.conf].content
+    assert "vrrp_instance" not in conf and "lvs_sync_daemon" not in conf
+    hook = " ".join(layout.announce_argv())
+    assert f'quorum_up "{hook} web up" root' in conf
+    assert f'quorum_down "{hook} dns down" root' in conf
+    assert conf.count("    omega\n") == 2 and conf.count("    quorum 1\n") == 2
+
+
+def test_keepalived_accepts_the_ecmp_config(tmp_path):
+    text = ECMP.replace("scheduler_flags: [mh-port]}", "scheduler_flags: [mh-port],\n"
+                        "       health: {http: {path: /}}}")
+    conf, findings = keepalived_findings(tmp_path, text)
+    assert "quorum_up" in conf and "HTTP_GET" in conf
+    assert findings == []
+
+
+# -- keepalived's announce hook, with a real BIRD -----------------------------
+
+HOOK_MAP = "10.200.0.10 ssh web\n10.200.0.11 dns\n"
+
+
+@pytest.fixture
+def bird(tmp_path):
+    """A BIRD whose static routes are the hook's folder, as a balancer's are;
+    (hook, offered, folder): run the hook, the VIPs BIRD holds now, the folder."""
+    short = Path(tempfile.mkdtemp(prefix="lbctl-bird-"))  # a socket path is at most 107 bytes
+    folder, socket, pid = short / "announce", short / "bird.ctl", short / "bird.pid"
+    folder.mkdir()
+    conf = short / "bird.conf"
+    # As a balancer's, with a session to a router that is not there.
+    conf.write_text(f'router id 192.0.2.1;\ntimeformat protocol iso long;\n'
+                    f'timeformat route iso long;\nprotocol static lbctl_vips {{\n    ipv4;\n'
+                    f'    include "{folder}/*.conf";\n}}\n'
+                    'protocol bgp lbctl_router {\n    local 127.0.0.1 as 65001;\n'
+                    '    neighbor 127.0.0.2 as 65000;\n    ipv4 { import none; '
+                    'export where proto = "lbctl_vips"; next hop self; };\n}\n')
+    (tmp_path / "announce.map").write_text(HOOK_MAP)
+    script = install_hook(tmp_path, "lbctl-announce")
+    proc = subprocess.Popen([BIRD, "-f", "-c", str(conf), "-s", str(socket), "-P", str(pid)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def hook(*args):
+        return subprocess.run([str(script), str(folder), str(socket),
+                               str(tmp_path / "announce.map"), str(tmp_path / "drained"),
+                               *args], capture_output=True, text=True, timeout=30)
+
+    def offered():
+        shown = subprocess.run([BIRDC, "-s", str(socket), "show", "route"],
+                               capture_output=True, text=True, timeout=30).stdout
+        return sorted(line.split("/")[0] for line in shown.splitlines()
+                      if "/32" in line and "blackhole" in line)
+
+    deadline = time.monotonic() + 10
+    while not socket.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield hook, offered, folder, str(socket)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(short)
+
+
+def test_a_vip_is_offered_only_while_every_service_on_it_is_up(bird):
+    hook, offered, _folder, _socket = bird
+    assert hook("sync").returncode == 0 and offered() == []
+    assert hook("web", "up").returncode == 0
+    assert offered() == []  # ssh, on the same VIP, has no healthy worker yet
+    hook("ssh", "up")
+    hook("dns", "up")
+    assert offered() == ["10.200.0.10", "10.200.0.11"]
+    hook("ssh", "down")  # its last worker failed, or keepalived stops (omega)
+    assert offered() == ["10.200.0.11"]
+
+
+def test_a_hook_forked_before_the_one_on_record_changes_nothing(bird):
+    hook, offered, folder, _socket = bird
+    hook("dns", "up")
+    record = folder / "dns.state"
+    state, ticks, pid = record.read_text().split()
+    assert state == "up" and int(ticks) > 0
+    # The record as a hook forked far later would leave it: an older down
+    # (keepalived forked it first, it ran last) is ignored.
+    record.write_text(f"up {int(ticks) + 10**9} {pid}\n")
+    hook("dns", "down")
+    assert offered() == ["10.200.0.11"]
+
+
+def test_a_drained_balancer_offers_nothing_until_undrained(bird, tmp_path):
+    hook, offered, _folder, _socket = bird
+    for service in ("web", "ssh", "dns"):
+        hook(service, "up")
+    (tmp_path / "drained").write_text("")
+    assert hook("sync").returncode == 0 and offered() == []
+    hook("dns", "up")  # a check that passes again changes nothing
+    assert offered() == []
+    (tmp_path / "drained").unlink()
+    assert hook("sync").returncode == 0
+    assert offered() == ["10.200.0.10", "10.200.0.11"]
+
+
+def test_a_sync_follows_the_file(bird, tmp_path):
+    hook, offered, _folder, _socket = bird
+    for service in ("web", "ssh", "dns"):
+        hook(service, "up")
+    # The file dropped ssh (its VIP needs only web now) and the dns VIP.
+    (tmp_path / "announce.map").write_text("10.200.0.10 web\n")
+    assert hook("sync").returncode == 0
+    assert offered() == ["10.200.0.10"]
+    assert hook("web", "sideways").returncode == 2
+
+
+def test_a_sync_without_bird_fails_with_what_birdc_said(tmp_path):
+    folder = tmp_path / "announce"
+    folder.mkdir()
+    (tmp_path / "announce.map").write_text(HOOK_MAP)
+    script = install_hook(tmp_path, "lbctl-announce")
+    done = subprocess.run([str(script), str(folder), str(tmp_path / "none.ctl"),
+                           str(tmp_path / "announce.map"), str(tmp_path / "drained"), "sync"], capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 1
+    assert "BIRD did not take its config: Unable to connect" in done.stderr
+
+
+def test_status_reads_the_session_and_the_offered_vips_from_bird(bird):
+    hook, _offered, _folder, socket = bird
+    hook("dns", "up")
+    began = time.time()
+    report = bgp_report(socket)
+    assert report["error"] is None
+    # No router answers: BIRD keeps trying, and says why it is not up.
+    assert report["state"] in ("Down", "Idle", "Connect", "Active"), report
+    assert [o["vip"] for o in report["offered"]] == ["10.200.0.11"]
+    assert began - 5 <= report["offered"][0]["since"] <= began + 1
+    now = report["offered"][0]["since"] + 30
+    lines = format_bgp({**report, "since": now - 60}, "192.168.100.1", now)
+    assert lines[0] == f"  BGP to the router 192.168.100.1: {report['state']} for 60s"
+    if report["last_error"]:
+        assert lines[1] == f"    last error: {report['last_error']}"
+    assert lines[-1] == "  offering 10.200.0.11 for 30s (but the session is down: the router " \
+        "has none)"
+
+
+def test_status_without_bird_says_so(tmp_path):
+    report = bgp_report(str(tmp_path / "bird.ctl"))
+    assert report["error"] == "BIRD is not running (no control socket)"
+    assert format_bgp({**report, "router": "x"}, "192.168.100.1", 0) == [
+        "  BGP to the router 192.168.100.1: unknown, BIRD is not running (no control socket)"]
+
+
+def test_systemd_accepts_the_units_of_keepalived_and_bird(tmp_path):
+    _cluster, layout, state = balancer_state(tmp_path)
+    units = []
+    for path, spec in state.files.items():
+        # Every file where the units name it, so systemd finds their programs.
+        real = Path(layout.real(path)) if not path.endswith(".service") else \
+            tmp_path / "units" / Path(path).name
+        real.parent.mkdir(parents=True, exist_ok=True)
+        real.write_text(spec.content)
+        real.chmod(spec.mode)
+        if path.endswith(".service"):
+            units.append(str(real))
+    assert len(units) == 2
+    found = subprocess.run(["systemd-analyze", "verify", "--man=no", *units],
+                           capture_output=True, text=True, timeout=60)
+    assert found.returncode == 0 and found.stderr == "", found.stderr
+
+
+@pytest.mark.parametrize("bfd", ["", "  bfd: {interval: 100ms}\n"])
+def test_bird_accepts_the_lab_routers_config(tmp_path, bfd):
+    from lbctl.lab.routed import render_router_bird
+
+    cluster = load(tmp_path, ECMP.replace("  as: 65001\n", "  as: 65001\n" + bfd))
+    conf = tmp_path / "router.conf"
+    conf.write_text(render_router_bird(cluster, str(tmp_path / "bird.log")))
+    assert "merge paths on limit 3;" in conf.read_text()
+    assert conf.read_text().count("protocol bgp") == 3
+    done = subprocess.run([BIRD, "-p", "-c", str(conf)], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr + conf.read_text()

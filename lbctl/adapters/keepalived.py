@@ -8,6 +8,7 @@ the apply, and finds it again through its pid file.
 import fcntl
 import os
 import pwd
+import shutil
 import signal
 import stat
 import subprocess
@@ -17,9 +18,10 @@ from contextlib import suppress
 
 from lbctl.adapters.files import ensure_dir
 from lbctl.adapters.programs import (
-    JOURNALCTL, KEEPALIVED, NFT, QUICK, SYSTEMCTL, SYSTEMD, USERADD, run,
+    BIRD, BIRDC, JOURNALCTL, KEEPALIVED, NFT, QUICK, SYSTEMCTL, SYSTEMD, USERADD, run,
 )
 from lbctl.errors import ApplyError
+from lbctl.render.bird import bird_argv
 from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
 from lbctl.trust import ancestors
 
@@ -35,39 +37,51 @@ SYSTEMCTL_ACTIVE, SYSTEMCTL_INACTIVE, SYSTEMCTL_NO_UNIT = 0, 3, 4
 
 
 class KeepalivedProcess:
-    def __init__(self, layout, use_systemd=None, binary=KEEPALIVED, takeover=False, nft=NFT):
+    def __init__(self, layout, use_systemd=None, binary=KEEPALIVED, takeover=False, nft=NFT,
+                 bird=False):
         """`takeover`: this balancer is one of a pair and has the takeover grace
-        (keepalived/lbctl-takeover); otherwise any table of it is deleted."""
+        (keepalived/lbctl-takeover); otherwise any table of it is deleted.
+        `bird`: mode ecmp, where BIRD runs with keepalived (it starts, reloads
+        and stops with it) and offers the router what keepalived's checks allow."""
         self.layout = layout
         self.binary = binary
         self.takeover = takeover
         self.nft = nft
+        self.bird = bird
         # A node root other than "/" is a lab node: systemd there is the host's.
         self.use_systemd = (systemd_running() and layout.root == "/") if use_systemd is None \
             else use_systemd
 
     # -- queries ---------------------------------------------------------------
     def running(self):
+        """keepalived runs, and in mode ecmp BIRD with it: one without the
+        other is started again."""
+        units = [self.layout.unit] + ([self.layout.bird_unit] if self.bird else [])
         if self.use_systemd:
-            status = run([SYSTEMCTL, "is-active", "--quiet", self.layout.unit]).returncode
-            if status in (SYSTEMCTL_ACTIVE, SYSTEMCTL_INACTIVE, SYSTEMCTL_NO_UNIT):
-                return status == SYSTEMCTL_ACTIVE
+            statuses = [run([SYSTEMCTL, "is-active", "--quiet", unit]).returncode
+                        for unit in units]
+            if all(s in (SYSTEMCTL_ACTIVE, SYSTEMCTL_INACTIVE, SYSTEMCTL_NO_UNIT)
+                   for s in statuses):
+                return all(s == SYSTEMCTL_ACTIVE for s in statuses)
             # systemctl could not ask systemd: a reader that is not root, such as
             # the exporter's dynamic user, on a host without a D-Bus system bus.
             # keepalived's pid file and command line say as much.
-        return self._pid() is not None
+        return self._pid() is not None and (not self.bird or self._bird_pid() is not None)
 
-    def _pid(self):
-        """keepalived's parent pid, if that process is alive and is this cluster's."""
+    def _pid(self, process="keepalived", conf=None):
+        """The pid of `process` (its parent), if alive and run on this cluster's config."""
         try:
-            with open(self.layout.real(self.layout.pid_file())) as fh:
+            with open(self.layout.real(self.layout.pid_file(process))) as fh:
                 pid = int(fh.read().strip())
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 argv = fh.read().split(b"\0")
         except (OSError, ValueError):
             return None
-        conf = self.layout.real(self.layout.conf).encode()
+        conf = self.layout.real(conf or self.layout.conf).encode()
         return pid if conf in argv else None
+
+    def _bird_pid(self):
+        return self._pid("bird", self.layout.bird_conf)
 
     def test(self, text):
         """keepalived's own verdict on a candidate config: a list of problems, empty if fine."""
@@ -101,51 +115,82 @@ class KeepalivedProcess:
             raise ApplyError("run", "nft", f"it is not installed ({self.nft} not found), and a "
                              "failover pair's balancers need it for the takeover grace: install "
                              "it with `apt install nftables`; nothing on this node was changed")
+        if self.bird:
+            for program in (BIRD, BIRDC):
+                if not os.access(program, os.X_OK):
+                    raise ApplyError("run", "BIRD", f"it is not installed ({program} not found), "
+                                     "and the balancers of mode ecmp announce the VIPs with it: "
+                                     "install it with `apt install bird2`; nothing on this node "
+                                     "was changed")
         ensure_system_user(SCRIPT_USER)
         for program in sorted(programs):
             _require_runnable_by(_user(SCRIPT_USER), program)
         self._make_run_dirs()
 
     def start(self):
+        """keepalived (and BIRD with it), or whichever of them is not running."""
         self.prepare()
-        state_dir = self.layout.real(self.layout.state_dir)
-        # State from an earlier run would show health keepalived no longer has.
-        for name in os.listdir(state_dir):
-            os.unlink(os.path.join(state_dir, name))
+        fresh = self._pid() is None
+        if fresh:
+            state_dir = self.layout.real(self.layout.state_dir)
+            # State from an earlier run would show health keepalived no longer has.
+            for name in os.listdir(state_dir):
+                os.unlink(os.path.join(state_dir, name))
+            if self.bird:
+                # Nor may BIRD offer a VIP before this keepalived's checks pass.
+                shutil.rmtree(self.layout.real(self.layout.announce_dir), ignore_errors=True)
+        if self.bird:
+            ensure_dir(self.layout.root, self.layout.announce_dir)
         self._load_takeover_rules(self.takeover)
         if self.use_systemd:
-            self._systemctl("start")
+            self._systemctl("start", self.layout.bird_unit if self.bird else None)
             return
-        log = os.open(self._log(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        if fresh:
+            self._spawn("keepalived", keepalived_argv(self.layout, self.binary), self._pid)
+        if self.bird and self._bird_pid() is None:
+            self._spawn("bird", bird_argv(self.layout, BIRD), self._bird_pid)
+
+    def _spawn(self, name, argv, pid):
+        """Start a daemon in a session of its own (it outlives apply), logging
+        to a file in the run folder; wait for its pid file."""
+        log = os.open(self._log(name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
         try:
-            proc = subprocess.Popen(keepalived_argv(self.layout, self.binary),
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                                     start_new_session=True, close_fds=True)
         finally:
             os.close(log)
-        self._wait(lambda: self._pid() is not None or proc.poll() is not None, "start")
-        if self._pid() is None:
-            raise ApplyError("start", "keepalived", f"it exited at once:\n  {self._log_tail()}")
+        self._wait(lambda: pid() is not None or proc.poll() is not None, "start", name)
+        if pid() is None:
+            raise ApplyError("start", name, f"it exited at once:\n  {self._log_tail(name)}")
 
     def reload(self):
+        """keepalived reads its config again; in mode ecmp the VIPs on offer
+        follow the new file's services, and BIRD reads its config too."""
         self._load_takeover_rules(self.takeover)
         if self.use_systemd:
-            self._systemctl("reload")
+            self._systemctl("reload")  # the unit's ExecReload runs the same sync
             return
         pid = self._pid()
         if pid is None:
             raise ApplyError("reload", "keepalived", "it is not running")
         os.kill(pid, signal.SIGHUP)
+        if self.bird:
+            done = run(self.layout.announce_argv("sync"))
+            if done.returncode != 0:
+                raise ApplyError("reload", "BIRD", (done.stderr or done.stdout).strip())
 
     def stop(self):
         self._load_takeover_rules(False)  # before keepalived's stop hooks run
         if self.use_systemd:
-            self._systemctl("stop")
+            self._systemctl("stop")  # BIRD's unit stops with it
             return
-        pid = self._pid()
-        if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            self._wait(lambda: self._pid() is None, "stop")
+        # BIRD first: the router withdraws every VIP as the session closes,
+        # before keepalived takes the table down.
+        for name, pid in (("bird", self._bird_pid), ("keepalived", self._pid)):
+            found = pid()
+            if found is not None:
+                os.kill(found, signal.SIGTERM)
+                self._wait(lambda: pid() is None, "stop", name)
 
     # -- helpers -------------------------------------------------------------
     def _load_takeover_rules(self, wanted):
@@ -215,18 +260,19 @@ class KeepalivedProcess:
         os.chmod(state_dir, 0o755, follow_symlinks=False)
         return run_dir
 
-    def _log(self):
-        return self.layout.real(f"{self.layout.run_dir}/keepalived.log")
+    def _log(self, name="keepalived"):
+        return self.layout.real(f"{self.layout.run_dir}/{name}.log")
 
-    def _log_tail(self, lines=5):
+    def _log_tail(self, name="keepalived", lines=5):
         try:
-            with open(self._log(), encoding="utf-8", errors="replace") as fh:
+            with open(self._log(name), encoding="utf-8", errors="replace") as fh:
                 return "\n  ".join(fh.read().splitlines()[-lines:])
         except OSError:
             return "(no log)"
 
-    def _systemctl(self, verb):
-        result = run([SYSTEMCTL, verb, self.layout.unit], timeout=SYSTEMD)
+    def _systemctl(self, verb, also=None):
+        result = run([SYSTEMCTL, verb, self.layout.unit, *filter(None, [also])],
+                     timeout=SYSTEMD)
         if result.returncode != 0:
             said = (result.stderr or result.stdout).strip() or f"status {result.returncode}"
             # systemctl only points at the journal: show what the unit said there.
@@ -240,13 +286,13 @@ class KeepalivedProcess:
                     "\n    ".join(journal.splitlines())
             raise ApplyError(verb, f"keepalived ({self.layout.unit})", said)
 
-    def _wait(self, done, verb, timeout=15):
+    def _wait(self, done, verb, name="keepalived", timeout=15):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if done():
                 return
             time.sleep(0.05)
-        raise ApplyError(verb, "keepalived", f"not done after {timeout}s; see {self._log()}")
+        raise ApplyError(verb, name, f"not done after {timeout}s; see {self._log(name)}")
 
 
 def _user(name):

@@ -192,16 +192,24 @@ def keepalived_states(root, clusters=None):
                   for service, worker, r in workers_health(reported)]
         config = running.get(cluster)
         if config is not None:
-            if len(config.balancers) < 2:
+            if config.mode != "failover":
                 vrrp = None  # no VRRP instance: a report left from when it was a pair
             health = _checks_run(config, health)
         found[cluster] = {
             # False: the config runs no VRRP (one balancer); None: no saved copy says.
             "pair": None if config is None else config.mode == "failover",
+            "mode": None if config is None else config.mode,
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
             "transitions": read_transitions(state_dir),
             "health": health,
         }
+        if config is not None and config.mode == "ecmp":
+            from lbctl.bgp import bgp_report
+            from lbctl.render.keepalived import KeepalivedLayout
+
+            layout = KeepalivedLayout(cluster, root)
+            found[cluster]["bgp"] = bgp_report(layout.real(layout.bird_socket))
+            found[cluster]["bgp"]["router"] = str(config.bgp.router)
     return found
 
 
@@ -232,15 +240,18 @@ def advertised_addresses(root, cluster):
 
 
 def _format_keepalived(states, now):
-    from lbctl.health import for_how_long
+    from lbctl.health import for_how_long, without_vrrp
 
     lines = []
     for cluster, info in states.items():
         vrrp = info["vrrp"]
         role = f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}" if vrrp else \
-            "no VRRP (a single balancer)" if info.get("pair") is False else \
-            "no VRRP state reported"
+            without_vrrp(info)
         lines.append(f"keepalived for cluster {cluster}: {role}")
+        if "bgp" in info:
+            from lbctl.bgp import format_bgp
+
+            lines += format_bgp(info["bgp"], info["bgp"]["router"], now)
         for h in info["health"]:
             lines.append(f"  health {h['service']}/{h['worker']}: " + (
                 "no report yet (its check has not passed or failed since keepalived "

@@ -234,8 +234,9 @@ class Cluster:
         "netlink": lbctl itself, for one balancer without health checks.
         "keepalived": a failover pair or any health check needs a daemon that
         keeps running after apply, so keepalived owns the VIPs and the table.
+        In mode ecmp it also decides, by its checks, which VIPs BIRD offers.
         """
-        return "keepalived" if self.vrrp is not None else "netlink"
+        return "keepalived" if self.vrrp is not None or self.bgp is not None else "netlink"
 
     @property
     def health_settle_seconds(self):

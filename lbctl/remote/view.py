@@ -64,8 +64,9 @@ def _vrrp_line(status, cluster_name, now, for_how_long):
         return f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}"
     if not info:
         return "no VRRP (a single balancer run by lbctl)"
-    return "no VRRP (a single balancer)" if info.get("pair") is False else \
-        "no VRRP state reported"
+    from lbctl.health import without_vrrp
+
+    return without_vrrp(info)
 
 
 def _table_lines(status, services, workers, cluster_name, now, for_how_long):

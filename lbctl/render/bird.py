@@ -1,21 +1,42 @@
-"""bird.conf for a balancer in mode ecmp: a BGP session to the router that
-offers it the VIPs this balancer can serve now, each as a /32."""
+"""A balancer's BIRD in mode ecmp: its bird.conf, a BGP session to the router
+that offers it the VIPs this balancer can serve now, each as a /32, and the
+map keepalived's hook decides that from."""
 
 from lbctl.render.templates import render
 
 BIRD_TEMPLATE = "bird.conf.j2"
+BIRD_UNIT_TEMPLATE = "lbctl-bird.service"
 
 
-def render_bird_conf(cluster, node, interface, announced=()):
+def render_bird_conf(cluster, node, interface, layout):
     """`interface`: the balancer's LAN interface, as apply found it (BFD runs
-    there).  `announced`: the VIPs to offer the router; the config is closed
-    by default, so a BIRD started from it before health is known offers none."""
+    there).  The VIPs offered are the files in the layout's announce folder."""
     balancer = cluster.balancers[node]
     bgp = cluster.bgp
-    unknown = set(announced) - set(cluster.vips)
-    if unknown:
-        raise ValueError(f"not VIPs of cluster {cluster.name}: {sorted(map(str, unknown))}")
     return render("bird", BIRD_TEMPLATE, cluster=cluster.name, node=node,
                   address=balancer.address, interface=interface, bgp=bgp,
                   bfd_interval_ms=None if bgp.bfd is None else round(bgp.bfd.interval * 1000),
-                  vips=cluster.vips, announced=[str(v) for v in sorted(set(announced))])
+                  announce_dir=layout.real(layout.announce_dir))
+
+
+def render_announce_map(cluster):
+    """Each VIP and the services on it, a line each ("VIP SERVICE..."): the
+    hook offers a VIP only while all of them have a healthy worker."""
+    lines = []
+    for vip in cluster.vips:
+        names = sorted(s.name for s in cluster.services.values() if s.vip == vip)
+        lines.append(" ".join([str(vip), *names]))
+    return "".join(f"{line}\n" for line in lines)
+
+
+def bird_argv(layout, bird="/usr/sbin/bird"):
+    """BIRD in the foreground, with this cluster's config, socket and pid file."""
+    return [bird, "-f", "-c", layout.real(layout.bird_conf), "-s",
+            layout.real(layout.bird_socket), "-P", layout.real(layout.pid_file("bird"))]
+
+
+def render_bird_unit(layout, keepalived_unit, bird="/usr/sbin/bird", birdc="/usr/sbin/birdc"):
+    return render("systemd", BIRD_UNIT_TEMPLATE, cluster=layout.cluster,
+                  keepalived_unit=keepalived_unit, argv=" ".join(bird_argv(layout, bird)),
+                  announce_dir=layout.real(layout.announce_dir), birdc=birdc,
+                  socket=layout.real(layout.bird_socket))

@@ -10,6 +10,7 @@ SCRIPT_USER = "lbctl"  # unprivileged user for health checks and notify hooks
 CHECK_SCRIPT = "lbctl-check"
 NOTIFY_SCRIPT = "lbctl-notify"
 TAKEOVER_SCRIPT = "lbctl-takeover"  # root hook of a pair: the takeover grace
+ANNOUNCE_SCRIPT = "lbctl-announce"  # root hook in mode ecmp: the VIPs BIRD offers
 HOOK_ORDER = "lbctl-hook-order"  # sourced by the hooks: the order keepalived ran them in
 
 
@@ -68,6 +69,44 @@ class KeepalivedLayout:
         return f"lbctl-{self.cluster}"
 
     @property
+    def announce(self):
+        return f"{self.etc_dir}/{ANNOUNCE_SCRIPT}"
+
+    @property
+    def announce_map(self):
+        """Mode ecmp: each VIP and the services on it."""
+        return f"{self.etc_dir}/announce.map"
+
+    @property
+    def bird_conf(self):
+        return f"{self.etc_dir}/bird.conf"
+
+    @property
+    def bird_socket(self):
+        return f"{self.run_dir}/bird.ctl"
+
+    @property
+    def announce_dir(self):
+        """Root's: a static route per VIP offered now, which bird.conf includes."""
+        return f"{self.run_dir}/announce"
+
+    @property
+    def bird_unit(self):
+        return systemd_unit_name(self.cluster, "bird")
+
+    @property
+    def balancer_drained(self):
+        """Mode ecmp: while this file exists (`lbctl drain-balancer`), the
+        balancer offers the router nothing, across restarts and reboots."""
+        return f"/var/lib/lbctl/drained/{self.cluster}.balancer"
+
+    def announce_argv(self, *args):
+        """lbctl-announce as keepalived and apply run it."""
+        return [self.real(self.announce), self.real(self.announce_dir),
+                self.real(self.bird_socket), self.real(self.announce_map),
+                self.real(self.balancer_drained), *args]
+
+    @property
     def run_dir(self):
         return f"/run/lbctl/{self.cluster}"
 
@@ -92,8 +131,9 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=(), draine
     connections; they stay at weight 0 until idle.  `drained`: DestKeys
     `lbctl drain` took out; weight 0, checks still running."""
     balancer = cluster.balancers[node]
-    anchor = vrrp_anchor(cluster)
-    peers = [b.address for name, b in cluster.balancers.items() if name != node]
+    pair = cluster.mode == "failover"
+    anchor = vrrp_anchor(cluster) if pair else None
+    peers = [b.address for name, b in cluster.balancers.items() if name != node] if pair else []
     leaving = {svc.name: sorted((key.address, key.port) for key in draining
                                 if key.service == svc.key)
                for svc in cluster.services.values()}
@@ -110,7 +150,8 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=(), draine
                   anchor=anchor,
                   takeover=f"{layout.real(layout.takeover)} {layout.real(layout.takeover_rules)} "
                            f"{layout.nft_table} {anchor}",
-                  state_dir=layout.real(layout.state_dir))
+                  state_dir=layout.real(layout.state_dir),
+                  announce=" ".join(layout.announce_argv()) if cluster.mode == "ecmp" else None)
 
 
 def vrrp_anchor(cluster):
@@ -137,14 +178,20 @@ def render_takeover_rules(cluster, layout):
 
 
 def render_keepalived_unit(layout, ipvs_sysctls=None, vips=(), keepalived="/usr/sbin/keepalived",
-                           ip="/usr/sbin/ip"):
+                           ip="/usr/sbin/ip", bird=False):
     """The unit; `ipvs_sysctls` are set after ip_vs loads (sysctl.d runs too early),
-    and `vips` (Addresses) are the ones a single balancer holds itself."""
+    and `vips` (Addresses) are the ones the balancer holds itself (after the
+    sysctls: in mode ecmp those keep it from answering ARP for them).
+    `bird`: mode ecmp, where BIRD runs with keepalived."""
     settings = [f"{key}={' '.join(value.split())}" for key, value in (ipvs_sysctls or {}).items()]
+    companion = None
+    if bird:
+        companion = {"unit": layout.bird_unit, "announce_dir": layout.real(layout.announce_dir),
+                     "sync": " ".join(layout.announce_argv("sync"))}
     return render("systemd", "lbctl-keepalived.service", cluster=layout.cluster,
                   argv=" ".join(keepalived_argv(layout, keepalived)), settings=settings,
                   state_dir=layout.real(layout.state_dir), script_user=SCRIPT_USER,
-                  vips=vips, ip=ip)
+                  vips=vips, ip=ip, bird=companion)
 
 
 def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):

@@ -1,0 +1,237 @@
+"""Mode ecmp in the lab: two active balancers announce the VIP over BGP to a
+router running BIRD, which spreads the client's flows over both by an L4
+hash.  Real BIRD on every side, real keepalived checks, real IPVS mh."""
+
+import copy
+import os
+import re
+import signal
+import time
+
+import pytest
+import yaml
+
+from conftest import ClusterLab
+from conftest import measured as report
+from test_keepalived import _blob_hashes
+from lbctl.config import load_cluster
+from lbctl.errors import LabError
+from lbctl.lab.routed import RoutedLab
+
+VIP = "10.200.0.10"
+LB1, LB2 = "192.168.100.2", "192.168.100.5"
+
+ECMP = {
+    "cluster": "ecmp",
+    "mode": "ecmp",
+    # The shortest timers BGP allows, and BFD: a lost balancer is noticed in
+    # 0.3 s, and one that comes back is heard again within seconds.
+    "bgp": {"as": 65001, "router": {"address": "192.168.100.1", "as": 65000},
+            "hold": "3s", "keepalive": "1s", "bfd": {"interval": "100ms"}},
+    "balancers": {"lb1": {"address": LB1, "interface": "eth0"},
+                  "lb2": {"address": LB2, "interface": "eth0"}},
+    "workers": {"pi1": {"address": "192.168.100.3"}, "pi2": {"address": "192.168.100.4"},
+                "pi3": {"address": "192.168.100.6"}},
+    "services": {"web": {"vip": VIP, "port": 80, "scheduler": "mh",
+                         "scheduler_flags": ["mh-port"],
+                         "health": {"http": {"path": "/index.html", "status": 200},
+                                    "interval": "1s", "timeout": "500ms", "retries": 1,
+                                    "rise": 1}}},
+}
+# Every node a test here uses: pi4 joins the cluster in one of them.
+TOPOLOGY = copy.deepcopy(ECMP)
+TOPOLOGY["workers"]["pi4"] = {"address": "192.168.100.7"}
+
+
+def _write(path, spec):
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+class EcmpLab(RoutedLab):
+    """The routed lab with the helpers the session's lab has."""
+
+    ask_web = ClusterLab.ask_web
+    ipvs_rules = ClusterLab.ipvs_rules
+
+
+@pytest.fixture(scope="module")
+def ecmp(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ecmp")
+    topology = _write(folder / "topology.yaml", TOPOLOGY)
+    lab = EcmpLab(load_cluster(str(topology)), topology)
+    lab.files = folder
+    lab.build()
+    try:
+        yield lab
+    finally:
+        lab.teardown()
+
+
+def _apply(lab, spec, name="ecmp", extra=("--force",)):
+    path = _write(lab.files / f"{name}.yaml", spec)
+    for node, result in lab.apply_all(path, extra=extra).items():
+        assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+    return path
+
+
+@pytest.fixture
+def both(ecmp):
+    """The cluster applied everywhere, and both balancers offering the VIP."""
+    _apply(ecmp, ECMP)
+    ecmp.wait_for_next_hops(VIP, ["lb1", "lb2"])
+    return ecmp
+
+
+def _waited(lab, balancers, watched, timeout=30):
+    """wait_for_next_hops(), and on a timeout what `watched` says of it."""
+    try:
+        return lab.wait_for_next_hops(VIP, balancers, timeout)
+    except LabError as exc:
+        run_dir = os.path.join(lab.nodes[watched].root, "run/lbctl/ecmp")
+        offered = sorted(os.listdir(os.path.join(run_dir, "announce")))
+        raise LabError(f"{exc}\n{watched} offers {offered}\n{lab.keepalived_log(watched)}"
+                       f"\n{lab.lbctl(watched, 'status').stdout}") from None
+
+
+def _connections_by_balancer(lab):
+    """How many connections each balancer's IPVS has scheduled for the VIP."""
+    counts = {}
+    for node in ("lb1", "lb2"):
+        out = lab.sh(node, ["ipvsadm", "-Ln", "--stats", "-t", f"{VIP}:80"]).stdout
+        line = next(l for l in out.splitlines() if l.startswith("TCP"))
+        counts[node] = int(line.split()[2])
+    return counts
+
+
+def test_the_router_spreads_flows_over_every_balancer(both):
+    lab = both
+    # The balancers hold the VIP on lo and answer no ARP for it on the LAN.
+    for node in ("lb1", "lb2"):
+        held = lab.sh(node, ["ip", "-4", "-o", "address", "show", "dev", "lo"]).stdout
+        assert f"{VIP}/32" in held
+        assert lab.sh(node, ["sysctl", "-n", "net.ipv4.conf.all.arp_ignore"]).stdout.strip() \
+            == "1"
+        assert lab.sh(node, ["sysctl", "-n", "net.ipv4.vs.sloppy_tcp"]).stdout.strip() == "1"
+    sessions = lab.birdc("show", "protocols")
+    for node in ("lb1", "lb2"):
+        assert re.search(rf"{node}\s+BGP\s+---\s+up", sessions), sessions
+    before = _connections_by_balancer(lab)
+    answers = lab.ask_web(60, vip=VIP)
+    time.sleep(2.5)  # the kernel sums IPVS's counters every 2 s
+    after = _connections_by_balancer(lab)
+    carried = {node: after[node] - before[node] for node in after}
+    report("ecmp spread", connections=carried,
+           workers={w: answers.count(f"served by {w}") for w in ("pi1", "pi2", "pi3")})
+    assert all(answer.startswith("served by pi") for answer in answers), answers
+    assert sum(carried.values()) == 60
+    # Each balancer carries a share: a fair hash puts fewer than 12 of 60 on
+    # one side about once in 10^5 runs.
+    assert min(carried.values()) >= 12, carried
+    # Both balancers chose workers from one table.
+    assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
+
+
+def test_a_balancer_that_loses_every_worker_withdraws_the_vip(both):
+    lab = both
+    # lb2's checks get no answer from any worker (their packets from lb2's
+    # own address are dropped): keepalived marks every worker down, its quorum
+    # hook has BIRD withdraw the VIP, and the router sends lb1 everything.
+    table = (f"table ip ecmp_test {{\n  chain out {{\n    type filter hook output priority 0;\n"
+             f"    ip saddr {LB2} tcp dport 80 drop\n  }}\n}}\n")
+    lab.sh("lb2", ["nft", "-f", "-"], input=table)
+    try:
+        took = _waited(lab, ["lb1"], "lb2")
+        report("ecmp withdraw on health", seconds=f"{took:.1f}")
+        status = lab.lbctl("lb2", "status").stdout
+        assert "offering no VIP" in status and "health web/pi1: down" in status, status
+        answers = lab.ask_web(20, vip=VIP)
+        assert all(answer.startswith("served by pi") for answer in answers), answers
+    finally:
+        lab.sh("lb2", ["nft", "delete table ip ecmp_test"], check=False)
+    # The checks pass again: lb2 offers the VIP again.
+    _waited(lab, ["lb1", "lb2"], "lb2")
+
+
+def test_stopping_a_balancer_withdraws_it_first(both):
+    lab = both
+    path = lab.files / "ecmp.yaml"
+    removed = lab.lbctl("lb1", "apply", str(path), "--remove")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    lab.wait_for_next_hops(VIP, ["lb2"], timeout=10)
+    conf = os.path.join(lab.nodes["lb1"].root, "etc/lbctl/ecmp/bird.conf")
+    assert lab.sh("lb1", ["pgrep", "-f", conf], check=False).returncode == 1, "BIRD still runs"
+    answers = lab.ask_web(20, vip=VIP)
+    assert all(answer.startswith("served by pi") for answer in answers), answers
+    applied = lab.lbctl("lb1", "apply", str(path))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    lab.wait_for_next_hops(VIP, ["lb1", "lb2"])
+
+
+def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
+    lab = both
+    with_pi4 = copy.deepcopy(ECMP)
+    with_pi4["workers"]["pi4"] = {"address": "192.168.100.7"}
+    # Downloads in flight while the table changes under them.
+    downloads = lab.traffic("downloads", VIP, "--count", 20, "--rate", 64 * 1024,
+                            "--timeout", 300)
+    lab.wait_for(lambda: sum(_connections_by_balancer(lab).values()) > 0, what="downloads")
+    _apply(lab, with_pi4, "ecmp-pi4")
+    # Its checks pass on each balancer in their own time.
+    lab.wait_for(lambda: all(any("192.168.100.7:80" in line for line in _scheduled(lab, node))
+                             for node in ("lb1", "lb2")), what="pi4 scheduled everywhere")
+    assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
+    without_pi2 = copy.deepcopy(with_pi4)
+    del without_pi2["workers"]["pi2"]
+    # Not forced: pi2 stays at weight 0 while it has downloads, out of mh's
+    # table, so every balancer schedules from the same workers meanwhile.
+    _apply(lab, without_pi2, "ecmp-no-pi2", extra=())
+    lab.wait_for(lambda: _scheduled(lab, "lb1") == _scheduled(lab, "lb2"),
+                 what="the same workers scheduled without pi2")
+    assert not any("192.168.100.4:80" in line for line in _scheduled(lab, "lb1"))
+    lab.hurry(downloads)
+    results = lab.finish(downloads)
+    complete = [r for r in results if r["ok"]]
+    report("ecmp table change", downloads_complete=f"{len(complete)}/{len(results)}")
+    assert len(complete) == len(results), [r["error"] for r in results if not r["ok"]]
+    # Idle now: the next apply removes pi2 everywhere, and the tables are equal.
+    _apply(lab, without_pi2, "ecmp-no-pi2", extra=())
+    lab.wait_for(lambda: lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
+                 and not any("192.168.100.4" in line for line in lab.ipvs_rules("lb1")),
+                 what="identical tables without pi2", timeout=60)
+
+
+def _scheduled(lab, node):
+    """ipvsadm-save's lines but those of real servers at weight 0."""
+    return [line for line in lab.ipvs_rules(node) if not line.endswith(" -w 0")]
+
+
+def test_cutting_a_balancers_link_moves_its_downloads_byte_exact(both):
+    lab = both
+    downloads = lab.traffic("downloads", VIP, "--count", 40, "--rate", 32 * 1024,
+                            "--timeout", 300)
+    try:
+        lab.wait_for(lambda: all(_active(lab, node) >= 5 for node in ("lb1", "lb2")),
+                     what="downloads through both balancers")
+        on_lb1 = _active(lab, "lb1")
+        lab.set_link("lb1", False)
+        took = lab.wait_for_next_hops(VIP, ["lb2"], timeout=10)
+        time.sleep(2)  # the moved flows go on through lb2
+    finally:
+        lab.set_link("lb1", True)
+    lab.hurry(downloads)
+    results = lab.finish(downloads)
+    exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
+    report("ecmp link cut", converged_s=f"{took:.2f}", on_cut_balancer=on_lb1,
+           complete_and_byte_exact=f"{len(exact)}/{len(results)}")
+    # BFD every 100 ms, 3 missed: the router drops lb1's route in well under 1 s.
+    assert took <= 1.0, took
+    assert len(exact) >= 0.99 * len(results), [r["error"] for r in results if not r["ok"]]
+    lab.wait_for_next_hops(VIP, ["lb1", "lb2"])
+
+
+def _active(lab, node):
+    """Established connections a balancer's IPVS holds for the VIP."""
+    out = lab.sh(node, ["ipvsadm", "-Ln", "-t", f"{VIP}:80"]).stdout
+    return sum(int(line.split()[4]) for line in out.splitlines() if "->" in line
+               and line.split()[1][0].isdigit())
