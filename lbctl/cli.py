@@ -123,6 +123,21 @@ def build_parser():
                            "change nothing (drain --all asks every balancer first)")
         p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
 
+    for name, text in (("drain-balancer", "mode ecmp: withdraw this balancer's routes, so the "
+                         "router moves its flows to the others, and wait until none arrives; "
+                         "kept across restarts until undrain-balancer"),
+                       ("undrain-balancer", "mode ecmp: offer the router this balancer's VIPs "
+                        "again")):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("balancer", help="this balancer's name in the cluster file")
+        p.add_argument("file", nargs="?", help="the cluster file (default: the one last applied "
+                       "on this balancer)")
+        if name == "drain-balancer":
+            p.add_argument("--timeout", type=float, default=60, metavar="SECONDS",
+                           help="give up (exit 1, still withdrawn) if packets for the VIPs "
+                           "still arrive after this long (default 60)")
+        p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+
     p = sub.add_parser("rollout", parents=[common],
                        help="update every worker in turn with no failed request: drain, "
                        "wait for idle, run a command, wait for health, undrain")
@@ -177,6 +192,7 @@ def build_parser():
 
 COMMANDS = {"validate": "validate", "plan": "plan", "apply": "apply", "status": "status",
             "drain": "drain", "undrain": "drain", "rollout": "rollout",
+            "drain-balancer": "drain_balancer", "undrain-balancer": "drain_balancer",
             "exporter": "exporter", "doctor": "doctor", "lab": "lab"}
 
 

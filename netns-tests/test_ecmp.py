@@ -206,6 +206,39 @@ def _scheduled(lab, node):
     return [line for line in lab.ipvs_rules(node) if not line.endswith(" -w 0")]
 
 
+def test_drain_balancer_moves_its_flows_with_no_failed_request(both):
+    lab = both
+    load = lab.traffic("load", VIP, "--seconds", 900, "--interval", 0.02, "--timeout", 5)
+    try:
+        lab.wait_for(lambda: all(_connections_by_balancer(lab).values()), what="load on both")
+        drained = lab.lbctl("lb1", "drain-balancer", "lb1", "--timeout", "60")
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        assert "lb1 is drained" in drained.stdout
+        assert lab.next_hops(VIP) == [LB2]
+        status = lab.lbctl("lb1", "status", str(lab.files / "ecmp.yaml"))
+        assert "BGP to the router 192.168.100.1: Established" in status.stdout, status.stdout
+        assert "offering no VIP" in status.stdout, status.stdout
+        # An apply that reloads keepalived (here a longer timeout) does not
+        # bring it back.
+        slower = copy.deepcopy(ECMP)
+        slower["services"]["web"]["health"]["timeout"] = "600ms"
+        _apply(lab, slower, "ecmp-slower")
+        time.sleep(2)
+        assert lab.next_hops(VIP) == [LB2]
+        undrained = lab.lbctl("lb1", "undrain-balancer", "lb1")
+        assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+        lab.wait_for_next_hops(VIP, ["lb1", "lb2"])
+        time.sleep(1)
+    finally:
+        load.send_signal(signal.SIGINT)
+    records = lab.finish(load)
+    failed = [r for r in records if not r[2]]
+    report("ecmp drain-balancer", requests=len(records), failed=len(failed))
+    assert len(records) > 100 and not failed, failed[:5]
+    status = lab.lbctl("lb1", "status", str(lab.files / "ecmp.yaml"))
+    assert f"offering {VIP} for" in status.stdout, status.stdout
+
+
 def test_cutting_a_balancers_link_moves_its_downloads_byte_exact(both):
     lab = both
     downloads = lab.traffic("downloads", VIP, "--count", 40, "--rate", 32 * 1024,

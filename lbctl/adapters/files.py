@@ -127,6 +127,7 @@ def remove_runtime_dirs(root, cluster_name):
     shutil.rmtree(layout.real(layout.run_dir), ignore_errors=True)
     # The drain record goes with the cluster: its workers are not lbctl's here any more.
     FilesRoot(root).remove(drain_path(cluster_name))
+    FilesRoot(root).remove(layout.balancer_drained)
     FilesRoot(root).remove(loaded_record_path(cluster_name))
     remove_lock(root, cluster_name)
     for folder in (os.path.dirname(layout.run_dir), layout.etc_dir,

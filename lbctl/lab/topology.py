@@ -170,7 +170,8 @@ class Lab:
     def lbctl_argv(self, *args, node):
         """lbctl's command line on a node, with the node's own file root for apply and plan."""
         argv = [sys.executable, "-m", "lbctl"] + list(args)
-        if args and args[0] in ("apply", "plan", "status", "drain", "undrain"):
+        if args and args[0] in ("apply", "plan", "status", "drain", "undrain", "drain-balancer",
+                                "undrain-balancer"):
             argv += ["--root", self.nodes[node].root]
         return argv
 
