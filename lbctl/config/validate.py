@@ -8,6 +8,7 @@ sysctl, systemd or keepalived files.
 
 import re
 import zlib
+from dataclasses import replace
 from ipaddress import IPv4Address, IPv4Network, ip_address
 
 from lbctl.config.model import (
@@ -201,6 +202,7 @@ def validate(doc):
     bgp = _bgp(c, top, ecmp, balancers, workers, services, network)
     if ecmp:
         _ecmp_checks(c, top, services, network)
+        services = _with_mh_fallback(services)
     vrrp = None if ecmp else _vrrp(c, top, cluster_name, balancers, services)
     timeouts = _ipvs_timeouts(c, top["ipvs"]) if "ipvs" in top else {}
     ssh = _ssh(c, top["ssh"], balancers, workers) if "ssh" in top else Ssh()
@@ -244,6 +246,19 @@ def _ecmp_checks(c, top, services, network):
                     f"balancers' LAN {network}; in mode ecmp the router routes each VIP to the "
                     "balancers, and a client on the LAN would ask for it by ARP, which no "
                     "balancer answers: take VIPs from a network of their own")
+
+
+def _with_mh_fallback(services):
+    """Every mh service of mode ecmp gets mh-fallback, whatever the file says.
+
+    IPVS keeps a worker whose weight fell to 0 (a failed check, a drain) in
+    mh's table, so that its flows go back to it when it returns; without
+    mh-fallback, a new flow that hashes to it is dropped.  A failover pair
+    can do without it; every balancer of mode ecmp serves at once, and a
+    failed worker must cost no new connection on any of them."""
+    return {name: replace(svc, scheduler_flags=tuple(sorted({*svc.scheduler_flags,
+                                                              "mh-fallback"})))
+            if svc.scheduler == "mh" else svc for name, svc in services.items()}
 
 
 def _as_number(c, value, path):
