@@ -52,7 +52,12 @@ class EcmpLab(RoutedLab):
     """The routed lab with the helpers the session's lab has."""
 
     ask_web = ClusterLab.ask_web
-    ipvs_rules = ClusterLab.ipvs_rules
+
+    def ipvs_rules(self, node):
+        """ipvsadm-save's lines in the kernel's order: mh fills its table
+        from the real servers in that order, so it must match too."""
+        out = self.sh(node, ["ipvsadm-save", "-n"]).stdout
+        return [line for line in out.splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
@@ -153,6 +158,24 @@ def test_a_balancer_that_loses_every_worker_withdraws_the_vip(both):
     _waited(lab, ["lb1", "lb2"], "lb2")
 
 
+def test_a_failed_worker_costs_no_new_connection(both):
+    lab = both
+    # pi1's web server stops: both balancers' checks take it to weight 0, but
+    # mh keeps its table slots (for its return); mh-fallback sends the new
+    # flows hashed to them to another worker instead of dropping them.
+    lab.web_server("pi1").terminate()
+    lab.web_server("pi1").wait()
+    try:
+        lab.wait_for(lambda: all(line.endswith("-r 192.168.100.3:80 -g -w 0") for node in
+                                 ("lb1", "lb2") for line in lab.ipvs_rules(node)
+                                 if "192.168.100.3" in line), what="pi1 at weight 0")
+        answers = lab.ask_web(30, vip=VIP)
+        assert all(a in ("served by pi2", "served by pi3") for a in answers), answers
+        assert lab.next_hops(VIP) == [LB1, LB2]  # one worker down withdraws nothing
+    finally:
+        lab.ensure_web_server("pi1")
+
+
 def test_stopping_a_balancer_withdraws_it_first(both):
     lab = both
     path = lab.files / "ecmp.yaml"
@@ -183,8 +206,10 @@ def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
     assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
     without_pi2 = copy.deepcopy(with_pi4)
     del without_pi2["workers"]["pi2"]
-    # Not forced: pi2 stays at weight 0 while it has downloads, out of mh's
-    # table, so every balancer schedules from the same workers meanwhile.
+    # Not forced: pi2 stays at weight 0 while a balancer has downloads on it.
+    # mh keeps its slots there, and mh-fallback sends their new flows on; a
+    # balancer with none on it drops pi2 at once.  Both schedule new flows
+    # from the same workers meanwhile.
     _apply(lab, without_pi2, "ecmp-no-pi2", extra=())
     lab.wait_for(lambda: _scheduled(lab, "lb1") == _scheduled(lab, "lb2"),
                  what="the same workers scheduled without pi2")
@@ -202,7 +227,7 @@ def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
 
 
 def _scheduled(lab, node):
-    """ipvsadm-save's lines but those of real servers at weight 0."""
+    """ipvsadm-save's lines but those of real servers at weight 0, in order."""
     return [line for line in lab.ipvs_rules(node) if not line.endswith(" -w 0")]
 
 

@@ -16,6 +16,25 @@ services:
   dns: {vip: 192.168.100.11, port: 53, protocol: udp, scheduler: rr, workers: [pi1, pi2]}
 """
 
+# Mode ecmp: three active balancers announcing the VIPs to the router over BGP.
+PI_ECMP = """\
+cluster: pi-web
+mode: ecmp
+bgp:
+  as: 65001
+  router: {address: 192.168.100.1, as: 65000}
+balancers:
+  lb1: {address: 192.168.100.2, interface: eth0}
+  lb2: {address: 192.168.100.5, interface: eth0}
+  lb3: {address: 192.168.100.7, interface: eth0}
+workers:
+  pi1: {address: 192.168.100.3}
+  pi2: {address: 192.168.100.4}
+services:
+  web: {vip: 10.200.0.10, port: 80, scheduler: mh, scheduler_flags: [mh-port]}
+  dns: {vip: 10.200.0.11, port: 53, protocol: udp, scheduler: mh}
+"""
+
 
 def cluster_from(text=PI_SINGLE, path="cluster.yaml"):
     return validate(parse_document(text, path))

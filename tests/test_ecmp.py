@@ -5,6 +5,7 @@ The file's `mode:` and `bgp:` sections, the BIRD config a balancer gets
 Bad files are in tests/cases/bad/ecmp-*.yaml (test_bad_input.py).
 """
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -15,7 +16,7 @@ import pytest
 from lbctl.config import load_cluster
 from pathlib import Path
 
-from helpers import install_hook, keepalived_findings
+from helpers import PI_ECMP, install_hook, keepalived_findings
 from lbctl.bgp import bgp_report, format_bgp
 from lbctl.config.model import Bfd, Bgp
 from lbctl.desired import desired_state
@@ -26,23 +27,7 @@ from lbctl.render.systemd import exec_start_lines
 BIRD = shutil.which("bird") or "/usr/sbin/bird"
 BIRDC = shutil.which("birdc") or "/usr/sbin/birdc"
 
-ECMP = """\
-cluster: pi-web
-mode: ecmp
-bgp:
-  as: 65001
-  router: {address: 192.168.100.1, as: 65000}
-balancers:
-  lb1: {address: 192.168.100.2, interface: eth0}
-  lb2: {address: 192.168.100.5, interface: eth0}
-  lb3: {address: 192.168.100.7, interface: eth0}
-workers:
-  pi1: {address: 192.168.100.3}
-  pi2: {address: 192.168.100.4}
-services:
-  web: {vip: 10.200.0.10, port: 80, scheduler: mh, scheduler_flags: [mh-port]}
-  dns: {vip: 10.200.0.11, port: 53, protocol: udp, scheduler: mh}
-"""
+ECMP = PI_ECMP
 
 
 def load(tmp_path, text=ECMP):
@@ -110,7 +95,10 @@ def test_a_balancer_offers_the_router_the_vips_its_hook_puts_in_the_folder(tmp_p
 def test_the_announce_map_lists_every_service_of_each_vip(tmp_path):
     text = ECMP.replace("  dns: {vip: 10.200.0.11,", "  ssh: {vip: 10.200.0.10, port: 22, "
                         "scheduler: mh}\n  dns: {vip: 10.200.0.11,")
-    assert render_announce_map(load(tmp_path, text)) == "10.200.0.10 ssh web\n10.200.0.11 dns\n"
+    # Each service as keepalived knows it, by protocol, VIP and port: a
+    # renamed service keeps its record, and no name is taken for an action.
+    assert render_announce_map(load(tmp_path, text)) == \
+        "10.200.0.10 tcp-10.200.0.10-22 tcp-10.200.0.10-80\n10.200.0.11 udp-10.200.0.11-53\n"
 
 
 @pytest.mark.parametrize("bfd", ["", "  bfd: {interval: 100ms, multiplier: 5}\n"])
@@ -182,7 +170,8 @@ def test_a_balancer_holds_the_vips_on_lo_and_never_answers_arp_for_them(tmp_path
 def test_a_balancer_runs_bird_with_keepalived(tmp_path):
     _cluster, layout, state = balancer_state(tmp_path, "lb2")
     assert "router id 192.168.100.5;" in state.files[layout.bird_conf].content
-    assert state.files[layout.announce_map].content == "10.200.0.10 web\n10.200.0.11 dns\n"
+    assert state.files[layout.announce_map].content == \
+        "10.200.0.10 tcp-10.200.0.10-80\n10.200.0.11 udp-10.200.0.11-53\n"
     assert state.files[layout.announce].mode == 0o755
     bird = state.files[f"/etc/systemd/system/{layout.bird_unit}"].content
     # BIRD stops (the router withdraws the VIPs) when keepalived stops or dies.
@@ -193,8 +182,10 @@ def test_a_balancer_runs_bird_with_keepalived(tmp_path):
     # A reload syncs the offered VIPs with the file's services; a start
     # offers nothing until the checks pass.
     assert exec_start_lines(keepalived, "ExecReload")[-1] == layout.announce_argv("sync")
-    assert ["/usr/bin/rm", "-rf", layout.real(layout.announce_dir)] in \
-        exec_start_lines(keepalived, "ExecStartPre")
+    assert exec_start_lines(keepalived, "ExecStartPre")[-1] == layout.announce_argv("reset")
+    # However keepalived ends (a crash before systemd restarts it included:
+    # BindsTo does not stop BIRD then), BIRD offers nothing.
+    assert exec_start_lines(keepalived, "ExecStopPost") == [layout.announce_argv("reset")]
     # A changed bird.conf or map reloads (and so reconfigures BIRD).
     assert {layout.bird_conf, layout.announce_map} <= state.daemon.files
 
@@ -204,8 +195,11 @@ def test_keepalived_runs_checks_and_quorum_hooks_but_no_vrrp(tmp_path):
     conf = state.files[layout.conf].content
     assert "vrrp_instance" not in conf and "lvs_sync_daemon" not in conf
     hook = " ".join(layout.announce_argv())
-    assert f'quorum_up "{hook} web up" root' in conf
-    assert f'quorum_down "{hook} dns down" root' in conf
+    assert f'quorum_up "{hook} event tcp-10.200.0.10-80 up" root' in conf
+    assert f'quorum_down "{hook} event udp-10.200.0.11-53 down" root' in conf
+    # A worker whose weight fell to 0 keeps its slots in mh's table: without
+    # mh-fallback, new flows hashed to it would be dropped.
+    assert conf.count("    mh-fallback\n") == 2
     assert conf.count("    omega\n") == 2 and conf.count("    quorum 1\n") == 2
 
 
@@ -267,35 +261,64 @@ def bird(tmp_path):
 def test_a_vip_is_offered_only_while_every_service_on_it_is_up(bird):
     hook, offered, _folder, _socket = bird
     assert hook("sync").returncode == 0 and offered() == []
-    assert hook("web", "up").returncode == 0
+    assert hook("event", "web", "up").returncode == 0
     assert offered() == []  # ssh, on the same VIP, has no healthy worker yet
-    hook("ssh", "up")
-    hook("dns", "up")
+    hook("event", "ssh", "up")
+    hook("event", "dns", "up")
     assert offered() == ["10.200.0.10", "10.200.0.11"]
-    hook("ssh", "down")  # its last worker failed, or keepalived stops (omega)
+    hook("event", "ssh", "down")  # its last worker failed, or keepalived stops (omega)
     assert offered() == ["10.200.0.11"]
 
 
 def test_a_hook_forked_before_the_one_on_record_changes_nothing(bird):
     hook, offered, folder, _socket = bird
-    hook("dns", "up")
+    hook("event", "dns", "up")
     record = folder / "dns.state"
-    state, ticks, pid = record.read_text().split()
+    state, ticks, pid, checker = record.read_text().split()
     assert state == "up" and int(ticks) > 0
+    assert int(checker) == os.getpid()  # the process that ran the hook: keepalived's checker
     # The record as a hook forked far later would leave it: an older down
     # (keepalived forked it first, it ran last) is ignored.
-    record.write_text(f"up {int(ticks) + 10**9} {pid}\n")
-    hook("dns", "down")
+    record.write_text(f"up {int(ticks) + 10**9} {pid} {checker}\n")
+    hook("event", "dns", "down")
     assert offered() == ["10.200.0.11"]
+
+
+def test_a_record_of_a_checker_that_is_gone_counts_as_down(bird):
+    # keepalived restarts a checker that died; the new one starts with quorum
+    # down and reports nothing until it finds a worker.
+    hook, offered, folder, _socket = bird
+    hook("event", "dns", "up")
+    dead = _dead_pid()
+    state, ticks, pid, _checker = (folder / "dns.state").read_text().split()
+    (folder / "dns.state").write_text(f"{state} {ticks} {pid} {dead}\n")
+    assert hook("sync").returncode == 0
+    assert offered() == []
+
+
+def _dead_pid():
+    """The pid of a process that has ended."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_reset_offers_nothing_and_forgets_every_record(bird):
+    hook, offered, folder, _socket = bird
+    for service in ("web", "ssh", "dns"):
+        hook("event", service, "up")
+    assert offered() == ["10.200.0.10", "10.200.0.11"]
+    assert hook("reset").returncode == 0
+    assert offered() == [] and list(folder.iterdir()) == []
 
 
 def test_a_drained_balancer_offers_nothing_until_undrained(bird, tmp_path):
     hook, offered, _folder, _socket = bird
     for service in ("web", "ssh", "dns"):
-        hook(service, "up")
+        hook("event", service, "up")
     (tmp_path / "drained").write_text("")
     assert hook("sync").returncode == 0 and offered() == []
-    hook("dns", "up")  # a check that passes again changes nothing
+    hook("event", "dns", "up")  # a check that passes again changes nothing
     assert offered() == []
     (tmp_path / "drained").unlink()
     assert hook("sync").returncode == 0
@@ -305,12 +328,12 @@ def test_a_drained_balancer_offers_nothing_until_undrained(bird, tmp_path):
 def test_a_sync_follows_the_file(bird, tmp_path):
     hook, offered, _folder, _socket = bird
     for service in ("web", "ssh", "dns"):
-        hook(service, "up")
+        hook("event", service, "up")
     # The file dropped ssh (its VIP needs only web now) and the dns VIP.
     (tmp_path / "announce.map").write_text("10.200.0.10 web\n")
     assert hook("sync").returncode == 0
     assert offered() == ["10.200.0.10"]
-    assert hook("web", "sideways").returncode == 2
+    assert hook("event", "web", "sideways").returncode == 2
 
 
 def test_a_sync_without_bird_fails_with_what_birdc_said(tmp_path):
@@ -319,7 +342,8 @@ def test_a_sync_without_bird_fails_with_what_birdc_said(tmp_path):
     (tmp_path / "announce.map").write_text(HOOK_MAP)
     script = install_hook(tmp_path, "lbctl-announce")
     done = subprocess.run([str(script), str(folder), str(tmp_path / "none.ctl"),
-                           str(tmp_path / "announce.map"), str(tmp_path / "drained"), "sync"], capture_output=True,
+                           str(tmp_path / "announce.map"), str(tmp_path / "drained"), "sync"],
+                          capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 1
     assert "BIRD did not take its config: Unable to connect" in done.stderr
@@ -327,7 +351,7 @@ def test_a_sync_without_bird_fails_with_what_birdc_said(tmp_path):
 
 def test_status_reads_the_session_and_the_offered_vips_from_bird(bird):
     hook, _offered, _folder, socket = bird
-    hook("dns", "up")
+    hook("event", "dns", "up")
     began = time.time()
     report = bgp_report(socket)
     assert report["error"] is None

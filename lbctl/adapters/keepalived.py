@@ -8,7 +8,6 @@ the apply, and finds it again through its pid file.
 import fcntl
 import os
 import pwd
-import shutil
 import signal
 import stat
 import subprocess
@@ -136,11 +135,11 @@ class KeepalivedProcess:
             # State from an earlier run would show health keepalived no longer has.
             for name in os.listdir(state_dir):
                 os.unlink(os.path.join(state_dir, name))
-            if self.bird:
-                # Nor may BIRD offer a VIP before this keepalived's checks pass.
-                shutil.rmtree(self.layout.real(self.layout.announce_dir), ignore_errors=True)
         if self.bird:
             ensure_dir(self.layout.root, self.layout.announce_dir)
+            if fresh:
+                # Nor may BIRD offer a VIP before this keepalived's checks pass.
+                run(self.layout.announce_argv("reset"))
         self._load_takeover_rules(self.takeover)
         if self.use_systemd:
             self._systemctl("start", self.layout.bird_unit if self.bird else None)
@@ -185,12 +184,15 @@ class KeepalivedProcess:
             self._systemctl("stop")  # BIRD's unit stops with it
             return
         # BIRD first: the router withdraws every VIP as the session closes,
-        # before keepalived takes the table down.
+        # and keepalived keeps the table a second longer while the router
+        # moves the flows to the other balancers (as BIRD's unit does).
         for name, pid in (("bird", self._bird_pid), ("keepalived", self._pid)):
             found = pid()
             if found is not None:
                 os.kill(found, signal.SIGTERM)
                 self._wait(lambda: pid() is None, "stop", name)
+                if name == "bird":
+                    time.sleep(1)
 
     # -- helpers -------------------------------------------------------------
     def _load_takeover_rules(self, wanted):

@@ -19,13 +19,20 @@ def render_bird_conf(cluster, node, interface, layout):
                   announce_dir=layout.real(layout.announce_dir))
 
 
+def announce_key(svc):
+    """A service as keepalived tells it apart (protocol, VIP, port), for the
+    announce hook's records: a service renamed in the file stays the same
+    virtual server in keepalived, which reports no new quorum for it."""
+    return f"{svc.protocol}-{svc.vip}-{svc.port}"
+
+
 def render_announce_map(cluster):
     """Each VIP and the services on it, a line each ("VIP SERVICE..."): the
     hook offers a VIP only while all of them have a healthy worker."""
     lines = []
     for vip in cluster.vips:
-        names = sorted(s.name for s in cluster.services.values() if s.vip == vip)
-        lines.append(" ".join([str(vip), *names]))
+        keys = sorted(announce_key(s) for s in cluster.services.values() if s.vip == vip)
+        lines.append(" ".join([str(vip), *keys]))
     return "".join(f"{line}\n" for line in lines)
 
 

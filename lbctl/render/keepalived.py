@@ -3,6 +3,7 @@
 import os
 from dataclasses import dataclass
 
+from lbctl.render.bird import announce_key
 from lbctl.render.systemd import systemd_unit_name
 from lbctl.render.templates import render, template_text
 
@@ -151,7 +152,8 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=(), draine
                   takeover=f"{layout.real(layout.takeover)} {layout.real(layout.takeover_rules)} "
                            f"{layout.nft_table} {anchor}",
                   state_dir=layout.real(layout.state_dir),
-                  announce=" ".join(layout.announce_argv()) if cluster.mode == "ecmp" else None)
+                  announce=" ".join(layout.announce_argv()) if cluster.mode == "ecmp" else None,
+                  announce_keys={svc.name: announce_key(svc) for svc in cluster.services.values()})
 
 
 def vrrp_anchor(cluster):
@@ -187,7 +189,8 @@ def render_keepalived_unit(layout, ipvs_sysctls=None, vips=(), keepalived="/usr/
     companion = None
     if bird:
         companion = {"unit": layout.bird_unit, "announce_dir": layout.real(layout.announce_dir),
-                     "sync": " ".join(layout.announce_argv("sync"))}
+                     "sync": " ".join(layout.announce_argv("sync")),
+                     "reset": " ".join(layout.announce_argv("reset"))}
     return render("systemd", "lbctl-keepalived.service", cluster=layout.cluster,
                   argv=" ".join(keepalived_argv(layout, keepalived)), settings=settings,
                   state_dir=layout.real(layout.state_dir), script_user=SCRIPT_USER,
