@@ -5,7 +5,7 @@ import shlex
 
 import pytest
 
-from helpers import cluster_from
+from helpers import PI_ECMP, cluster_from
 from lbctl import __version__
 from lbctl.errors import NodeError
 from lbctl.remote.fleet import rollout_stages, select
@@ -58,6 +58,21 @@ def test_the_master_goes_first_when_what_its_adverts_carry_changes():
     # Taking lbctl away: the backup still stops first.
     assert stages(PAIR, now, removing=True, vips=["192.168.100.11"])[:2] == [
         ("backup balancer", ["lb2"]), ("master balancer", ["lb1"])]
+
+
+
+
+def test_ecmp_balancers_go_one_at_a_time_and_none_is_asked_for_a_vrrp_role():
+    def never():
+        raise AssertionError("mode ecmp has no VRRP role to ask for")
+
+    cluster = cluster_from(PI_ECMP)
+    found = [(label, [t.node for t in group])
+             for label, group in rollout_stages(cluster, select(cluster), never)]
+    assert found == [("workers", ["pi1", "pi2"]), ("balancer lb1", ["lb1"]),
+                     ("balancer lb2", ["lb2"]), ("balancer lb3", ["lb3"])]
+    removing = [label for label, _ in rollout_stages(cluster, select(cluster), never, True)]
+    assert removing == ["balancer lb1", "balancer lb2", "balancer lb3", "workers"]
 
 
 def test_remove_takes_the_balancers_away_before_the_workers():

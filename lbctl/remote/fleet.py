@@ -64,12 +64,17 @@ def rollout_stages(cluster, selected, balancers_now, removing=False):
     balancers = [t for t in selected if t.role == "balancer"]
     if workers and not removing:
         yield "workers", workers
-    reported = balancers_now() if len(balancers) > 1 else {}
-    ordered = balancer_order(cluster, balancers, reported)
-    labels = ["backup balancer", "master balancer"] if len(ordered) == 2 else ["balancer"]
-    staged = list(zip(labels, ordered))
-    if not removing and advert_changes(cluster, reported):
-        staged.reverse()
+    if cluster.mode == "ecmp":
+        # Every balancer is active: one at a time, in the file's order, while
+        # the others serve.
+        staged = [(f"balancer {t.node}", t) for t in balancers]
+    else:
+        reported = balancers_now() if len(balancers) > 1 else {}
+        ordered = balancer_order(cluster, balancers, reported)
+        labels = ["backup balancer", "master balancer"] if len(ordered) == 2 else ["balancer"]
+        staged = list(zip(labels, ordered))
+        if not removing and advert_changes(cluster, reported):
+            staged.reverse()
     yield from ((label, [t]) for label, t in staged)
     if workers and removing:
         yield "workers", workers
@@ -79,7 +84,7 @@ def balancers_now(cluster, selected, ssh_config):
     """{balancer: {"state": VRRP state now, "advertised_addresses": [...]}}, asked only
     when a pair is to be taken in turn; None for a balancer that did not say."""
     balancers = [t for t in selected if t.role == "balancer"]
-    if len(balancers) < 2:
+    if len(balancers) < 2 or cluster.mode != "failover":
         return {}
     outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
                                                  "--no-drift"], cluster.text, ssh_config)
