@@ -20,14 +20,22 @@ def bgp_report(socket):
     if not os.path.exists(socket):
         report["error"] = "BIRD is not running (no control socket)"
         return report
+    from lbctl.errors import LbctlError
+
     try:
         session = _birdc(socket, "show", "protocols", "all", SESSION)
         routes = _birdc(socket, "show", "route", "protocol", OFFERED)
     except OSError as exc:
         report["error"] = f"could not ask BIRD: {exc.strerror or exc}"
         return report
-    if "Unable to connect" in session or "Permission denied" in session:
-        report["error"] = f"could not ask BIRD ({session.strip().splitlines()[-1]}): run as root"
+    except LbctlError as exc:  # birdc did not answer in time: a BIRD that hangs
+        report["error"] = f"could not ask BIRD: {exc}"
+        return report
+    if "Permission denied" in session:
+        report["error"] = "could not ask BIRD (permission denied on its socket): run as root"
+        return report
+    if "Unable to connect" in session:
+        report["error"] = "BIRD is not running (its socket is there, but nothing answers)"
         return report
     report.update(parse_session(session))
     report["offered"] = parse_offered(routes)

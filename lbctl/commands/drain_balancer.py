@@ -58,6 +58,13 @@ def run(args, out):
         out.write(f"{node} offers the router its VIPs again, for each one whose services "
                   "have a healthy worker here\n")
         return 0
+    from lbctl.bgp import bgp_report
+
+    bird = bgp_report(layout.real(layout.bird_socket))
+    if bird["error"] or bird["offered"]:
+        still = ", ".join(o["vip"] for o in bird["offered"])
+        raise LbctlError(f"drain-balancer {node}: the drain is recorded, but "
+                         + (bird["error"] or f"BIRD still offers {still}"))
     out.write(f"{node} offers the router no VIP now; waiting until no packet for one "
               f"arrives for {QUIET_SECONDS}s\n")
     quiet = wait_for_quiet(cluster, args.timeout)
@@ -83,7 +90,8 @@ def wait_for_quiet(cluster, timeout, poll=0.25):
     def packets():
         snapshot = ipvs.snapshot()
         if snapshot is None:
-            return 0
+            raise NodeError("drain-balancer: IPVS is not loaded here, so there is no traffic "
+                            "to watch; is this the balancer that carried it?")
         return sum(svc.stats.inpkts for svc in snapshot.services if svc.key in keys)
 
     start = time.monotonic()

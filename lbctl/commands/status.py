@@ -44,7 +44,7 @@ def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_S
     report["vips_on_lo"] = sorted(str(ip) for ip, prefix, ifname in addresses
                                   if ifname == "lo" and prefix == 32 and not ip.is_loopback
                                   and not ip.is_link_local)
-    report["keepalived"] = keepalived_states(root, running)
+    report["keepalived"] = keepalived_states(root, running, bgp=True)
     for name, info in report["keepalived"].items():
         info["advertised_addresses"] = advertised_addresses(root, name)
     if "sync" in report:
@@ -165,14 +165,15 @@ def _larger(own, every):
         return own
 
 
-def keepalived_states(root, clusters=None):
+def keepalived_states(root, clusters=None, bgp=False):
     """{cluster: {"vrrp": ..., "transitions": N, "health": [...]}} from the notify
     hooks' state folders, read against the config keepalived runs (`clusters`,
     default the saved copies here).  A file stays after what wrote it went
     (keepalived even runs a dropped check's hook after its reload), so only the
     VRRP role of a pair and the checks the config runs are believed.  A checked
     worker with no report yet is listed with state None: keepalived may have
-    added it down without a word (a worker a reload brings in)."""
+    added it down without a word (a worker a reload brings in).  `bgp`: in
+    mode ecmp, ask BIRD too (as root: the exporter's user cannot)."""
     from lbctl.health import read_state_dir, read_transitions, workers_health
 
     if clusters is None:
@@ -203,7 +204,7 @@ def keepalived_states(root, clusters=None):
             "transitions": read_transitions(state_dir),
             "health": health,
         }
-        if config is not None and config.mode == "ecmp":
+        if bgp and config is not None and config.mode == "ecmp":
             from lbctl.bgp import bgp_report
             from lbctl.render.keepalived import KeepalivedLayout
 
