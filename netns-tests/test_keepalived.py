@@ -391,13 +391,15 @@ def finish_on_the_other_balancer(lab, sync_blocked):
     # keepalived sends a master's gratuitous ARPs again 5 s after it took over
     # (vrrp_garp_master_delay); lb1's must not pull the client back mid-test.
     time.sleep(max(0.0, master_since(lab, "lb1") + 6 - time.time()))
+    if sync_blocked:
+        # Before the connection opens: lb1's sync daemon may send it within
+        # moments of its first packets, and lb2 must never learn it.
+        lab.block_sync("lb2")
     client = subprocess.Popen(["ip", "netns", "exec", lab.nodes["client"].netns, sys.executable,
                                "-c", HALF_A_REQUEST, WEB_VIP], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
         assert client.stdout.readline().strip() == "open"
-        if sync_blocked:
-            lab.block_sync("lb2")
         for node in ("lb1", "lb2"):
             lab.block_vrrp(node)
         lab.wait_for(lambda: client_neigh_mac(lab) == lab.mac("lb2"), timeout=10,
