@@ -293,3 +293,24 @@ def _active(lab, node):
     out = lab.sh(node, ["ipvsadm", "-Ln", "-t", f"{VIP}:80"]).stdout
     return sum(int(line.split()[4]) for line in out.splitlines() if "->" in line
                and line.split()[1][0].isdigit())
+
+
+def test_the_lab_demo_of_the_ecmp_example():
+    """`lbctl lab demo examples/pi-ecmp.yaml`, as the README offers it: three
+    balancers behind the router, every request served, the responses
+    skipping the balancers."""
+    from io import StringIO
+
+    from lbctl.commands.lab import example
+    from lbctl.lab.demo import demo
+
+    out = StringIO()
+    assert demo(example("pi-ecmp.yaml"), out, requests=12) == 0
+    shown = out.getvalue()
+    assert re.search(r"10\.200\.0\.10: via 192\.168\.100\.2, 192\.168\.100\.5, "
+                     r"192\.168\.100\.8 ", shown), shown
+    # Every web request and DNS question answered by a worker.
+    answers = re.findall(r"^\s+\d+: (.*)$", shown, re.M)
+    assert len(answers) == 24 and all(a.startswith("served by pi") for a in answers), answers
+    share = float(re.search(r"the balancers carried ([0-9.]+)%", shown)[1])
+    assert share < 10, shown

@@ -5,9 +5,14 @@ import sys
 from importlib.resources import files
 
 
+def example(name):
+    """The path of one of the example cluster files shipped with lbctl."""
+    return str(files("lbctl.data.examples").joinpath(name))
+
+
 def default_example():
     """The reference Pi cluster: a failover pair in front of three workers."""
-    return str(files("lbctl.data.examples").joinpath("pi-pair.yaml"))
+    return example("pi-pair.yaml")
 
 
 def run(args, out):

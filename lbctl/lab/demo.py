@@ -26,8 +26,16 @@ def _print(out, text=""):
 def demo(cluster_file, out, requests=12):
     cluster = load_cluster(cluster_file)
     balancer = next(iter(cluster.balancers))
-    with Lab(cluster, cluster_file) as lab:
-        _print(out, f"== lab for cluster {cluster.name}: {len(lab.nodes)} namespaces on one bridge")
+    ecmp = cluster.mode == "ecmp"
+    if ecmp:
+        from lbctl.lab.routed import RoutedLab
+
+        lab = RoutedLab(cluster, cluster_file, prefix="demo")
+    else:
+        lab = Lab(cluster, cluster_file)
+    with lab:
+        _print(out, f"== lab for cluster {cluster.name}: {len(lab.nodes)} namespaces on one bridge"
+                    + (", and the client behind the router" if ecmp else ""))
         for node in lab.nodes.values():
             _print(out, f"   {node.name:<8} {node.role:<9} {node.address}  (netns {node.netns})")
         _print(out, "\n== lbctl apply on every node (workers first)")
@@ -36,6 +44,8 @@ def demo(cluster_file, out, requests=12):
             _print(out, (result.stdout + result.stderr).rstrip())
             if result.returncode != 0:
                 raise SystemExit(f"lab demo: apply failed on {name}")
+        if ecmp:
+            _routes(lab, cluster, out)
 
         for svc in cluster.services.values():
             _print(out, f"\n== {requests} requests from the client to {svc.key} ({svc.scheduler})")
@@ -62,21 +72,23 @@ def demo(cluster_file, out, requests=12):
                         _print(out, "   " + line)
             _print(out, f"\n== direct-routing proof: {DOWNLOADS} downloads of a "
                         f"{BLOB_BYTES // 1024} KiB file through the VIP")
-            b_rx0, b_tx0 = lab.iface_bytes(balancer)
+            before = [lab.iface_bytes(b) for b in cluster.balancers]
             c_rx0, _ = lab.iface_bytes("client")
             for _ in range(DOWNLOADS):
                 lab.sh("client", ["curl", "-sS", "-o", "/dev/null", f"{url}blob"])
-            b_rx1, b_tx1 = lab.iface_bytes(balancer)
+            after = [lab.iface_bytes(b) for b in cluster.balancers]
             c_rx1, _ = lab.iface_bytes("client")
-            through_balancer = (b_rx1 - b_rx0) + (b_tx1 - b_tx0)
+            through_balancer = sum((rx1 - rx0) + (tx1 - tx0)
+                                   for (rx0, tx0), (rx1, tx1) in zip(before, after))
             delivered = c_rx1 - c_rx0
             share = 100.0 * through_balancer / max(delivered, 1)
-            _print(out, f"   bytes delivered to the client:        {delivered:>12,}")
-            _print(out, f"   bytes through the balancer (rx + tx): {through_balancer:>12,}")
-            _print(out, f"   the balancer carried {share:.2f}% of what the client received: "
+            which = "balancers" if len(cluster.balancers) > 1 else "balancer"
+            _print(out, f"{'   bytes delivered to the client:':<41}{delivered:>12,}")
+            _print(out, f"{f'   bytes through the {which} (rx + tx):':<41}{through_balancer:>12,}")
+            _print(out, f"   the {which} carried {share:.2f}% of what the client received: "
                         "responses went from the workers straight to the client")
 
-        if len(cluster.balancers) == 2 and web is not None:
+        if cluster.mode == "failover" and web is not None:
             _failover(lab, cluster, web, out)
 
         _print(out, f"\n== lbctl status on {balancer}")
@@ -86,6 +98,15 @@ def demo(cluster_file, out, requests=12):
         _print(out, lab.lbctl(first_worker, "status").stdout.rstrip())
         _print(out, "\n== tearing the lab down")
     return 0
+
+
+def _routes(lab, cluster, out):
+    """Mode ecmp: the router's route to each VIP, once every balancer offers it."""
+    _print(out, "\n== the router's routes: one next hop per balancer that offers the VIP")
+    for vip in cluster.vips:
+        took = lab.wait_for_next_hops(vip, list(cluster.balancers), timeout=60)
+        _print(out, f"   {vip}: via {', '.join(lab.next_hops(vip))} "
+                    f"(all offered {took:.1f} s after the last apply)")
 
 
 def _failover(lab, cluster, web, out):
