@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("dataplane.py", "ipvs_apply.py", "schedulers.py", "failover.py")
+BENCHMARKS = ("dataplane.py", "ipvs_apply.py", "schedulers.py", "failover.py", "ecmp.py")
 
 
 def main():

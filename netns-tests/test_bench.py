@@ -132,3 +132,15 @@ def test_the_failover_benchmark_measures_a_failover_a_detection_and_no_lost_down
     assert re.fullmatch(r"\d+\.\d\d s", failover) and float(failover[:-2]) < 5, text
     assert re.fullmatch(r"\d+\.\d\d s", detection) and float(detection[:-2]) < 10, text
     assert cells[9] == "10 of 10", text
+
+
+def test_the_ecmp_benchmark_uses_every_balancers_link(tmp_path):
+    # Two balancers, each link capped at 5 Mbit/s: the uploads go over both,
+    # so together they pass more than one link could carry.
+    text = run_bench("ecmp.py", tmp_path, "--balancers", "1,2", "--rate", "5",
+                     "--seconds", "4", "--connections", "16", plotted=False)
+    measured = {int(count): float(cells[1].split()[0])
+                for count, cells in table_rows(text, 5).items()}
+    assert set(measured) == {1, 2}, text
+    assert measured[1] <= 5 * 1.1, text  # one balancer: no more than its link
+    assert measured[2] > 5 * 1.3, text
