@@ -221,7 +221,7 @@ def _ecmp_files(state, cluster, node, interface, layout):
 
     state.files[layout.bird_conf] = FileSpec(render_bird_conf(cluster, node, interface, layout))
     state.files[layout.announce_map] = FileSpec(render_announce_map(cluster))
-    _enable(state, layout.bird_unit, render_bird_unit(layout, layout.unit))
+    _enable(state, layout.bird_unit, render_bird_unit(layout))
 
 
 def desired_balancer(cluster, node, interface, boot=None, drained=frozenset()):

@@ -174,9 +174,9 @@ class KeepalivedProcess:
             raise ApplyError("reload", "keepalived", "it is not running")
         os.kill(pid, signal.SIGHUP)
         if self.bird:
-            done = run(self.layout.announce_argv("sync"))
-            if done.returncode != 0:
-                raise ApplyError("reload", "BIRD", (done.stderr or done.stdout).strip())
+            refused = sync_offers(self.layout)
+            if refused is not None:
+                raise ApplyError("reload", "BIRD", refused)
 
     def stop(self):
         self._load_takeover_rules(False)  # before keepalived's stop hooks run
@@ -295,6 +295,14 @@ class KeepalivedProcess:
                 return
             time.sleep(0.05)
         raise ApplyError(verb, name, f"not done after {timeout}s; see {self._log(name)}")
+
+
+def sync_offers(layout):
+    """Mode ecmp: the VIPs on offer follow the announce map, the drain record
+    and keepalived's records, and BIRD reads its config again (the announce
+    hook's sync).  None when BIRD took it; else what went wrong."""
+    done = run(layout.announce_argv("sync"))
+    return None if done.returncode == 0 else (done.stderr or done.stdout).strip()
 
 
 def _user(name):

@@ -23,7 +23,7 @@ QUIET_SECONDS = 5
 def run(args, out):
     from lbctl.adapters.addrs import local_ipv4_addresses
     from lbctl.adapters.files import FilesRoot
-    from lbctl.adapters.programs import run as run_program
+    from lbctl.adapters.keepalived import sync_offers
     from lbctl.desired import find_node
     from lbctl.lock import node_locked
     from lbctl.render.keepalived import KeepalivedLayout
@@ -49,11 +49,10 @@ def run(args, out):
             files.write(layout.balancer_drained, f"{time.time():.3f}\n", 0o644)
         else:
             files.remove(layout.balancer_drained)
-        synced = run_program(layout.announce_argv("sync"))
-    if synced.returncode != 0:
-        said = (synced.stderr or synced.stdout).strip()
+        refused = sync_offers(layout)
+    if refused is not None:
         raise LbctlError(f"{args.command} {node}: the drain is recorded, but BIRD did not "
-                         f"take it ({said}); is keepalived running? `lbctl apply` starts it")
+                         f"take it ({refused}); is keepalived running? `lbctl apply` starts it")
     if not drain:
         out.write(f"{node} offers the router its VIPs again, for each one whose services "
                   "have a healthy worker here\n")

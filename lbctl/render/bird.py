@@ -42,8 +42,8 @@ def bird_argv(layout, bird="/usr/sbin/bird"):
             layout.real(layout.bird_socket), "-P", layout.real(layout.pid_file("bird"))]
 
 
-def render_bird_unit(layout, keepalived_unit, bird="/usr/sbin/bird", birdc="/usr/sbin/birdc"):
+def render_bird_unit(layout, bird="/usr/sbin/bird", birdc="/usr/sbin/birdc"):
     return render("systemd", BIRD_UNIT_TEMPLATE, cluster=layout.cluster,
-                  keepalived_unit=keepalived_unit, argv=" ".join(bird_argv(layout, bird)),
+                  keepalived_unit=layout.unit, argv=" ".join(bird_argv(layout, bird)),
                   announce_dir=layout.real(layout.announce_dir), birdc=birdc,
                   socket=layout.real(layout.bird_socket))

@@ -99,7 +99,9 @@ class KeepalivedLayout:
     def balancer_drained(self):
         """Mode ecmp: while this file exists (`lbctl drain-balancer`), the
         balancer offers the router nothing, across restarts and reboots."""
-        return f"/var/lib/lbctl/drained/{self.cluster}.balancer"
+        from lbctl.drains import DRAIN_DIR
+
+        return f"{DRAIN_DIR}/{self.cluster}.balancer"
 
     def announce_argv(self, *args):
         """lbctl-announce as keepalived and apply run it."""
