@@ -1,5 +1,6 @@
 """--all's pure parts: which nodes, in what order, and the ssh command line."""
 
+import json
 import os
 import shlex
 
@@ -8,7 +9,7 @@ import pytest
 from helpers import PI_ECMP, cluster_from
 from lbctl import __version__
 from lbctl.errors import NodeError
-from lbctl.remote.fleet import rollout_stages, select
+from lbctl.remote.fleet import advert_changes, balancer_order, rollout_stages, select
 from lbctl.render.keepalived import vrrp_anchor
 from lbctl.remote.ssh import Outcome, ssh_argv, targets
 
@@ -339,3 +340,128 @@ def test_the_cluster_view_names_a_checked_worker_with_no_report_yet():
     assert "    worker pi1 (192.168.100.3:80) weight 1  active 0 inactive 0  up for 60s" in lines
     assert ("    worker pi2 (192.168.100.4:80) weight 0  active 0 inactive 0  no health report "
             "yet") in lines
+
+
+# --- every mode, each fleet helper ------------------------------------------
+# A lone balancer without checks runs no keepalived and has no `vrrp:`; with a
+# check it runs keepalived (and a VRRP instance of its own) but has no peer.
+LONE = """\
+cluster: pi-web
+balancers:
+  lb1: {address: 192.168.100.2, interface: eth0}
+workers:
+  pi1: {address: 192.168.100.3}
+  pi2: {address: 192.168.100.4}
+services:
+  web: {vip: 192.168.100.10, port: 80}
+"""
+LONE_WITH_CHECKS = LONE.replace("port: 80}", "port: 80, health: {http: {path: /}}}")
+LONE_WITH_VRRP = LONE + "vrrp: {advert_interval: 1s}\n"
+
+
+def never_asked():
+    raise AssertionError("only a pair is asked for its VRRP roles")
+
+
+@pytest.mark.parametrize("text, mode, has_vrrp", [
+    (LONE, "single", False), (LONE_WITH_CHECKS, "single", True),
+    (LONE_WITH_VRRP, "single", True)])
+def test_a_lone_balancer_goes_after_the_workers_and_no_vrrp_role_is_asked(text, mode, has_vrrp):
+    cluster = cluster_from(text)
+    assert (cluster.mode, cluster.vrrp is not None) == (mode, has_vrrp)
+    found = [(label, [t.node for t in group])
+             for label, group in rollout_stages(cluster, select(cluster), never_asked)]
+    assert found == [("workers", ["pi1", "pi2"]), ("balancer", ["lb1"])]
+    removing = [(label, [t.node for t in group]) for label, group in
+                rollout_stages(cluster, select(cluster), never_asked, removing=True)]
+    assert removing == [("balancer", ["lb1"]), ("workers", ["pi1", "pi2"])]
+    # Only the balancer, or only the workers.
+    assert [label for label, _ in rollout_stages(cluster, select(cluster, "lb1"),
+                                                 never_asked)] == ["balancer"]
+    assert [label for label, _ in rollout_stages(cluster, select(cluster, "pi1,pi2"),
+                                                 never_asked)] == ["workers"]
+
+
+@pytest.mark.parametrize("text", [LONE, LONE_WITH_CHECKS, LONE_WITH_VRRP, PI_ECMP])
+def test_no_advert_change_outside_a_pair_whatever_a_balancer_reports(text):
+    cluster = cluster_from(text)
+    reported = {"lb1": {"state": "MASTER", "advertised_addresses": ["192.168.100.10"]}}
+    assert advert_changes(cluster, {}) is False
+    assert advert_changes(cluster, reported) is False
+
+
+def test_a_pair_s_advert_change_is_any_balancer_advertising_other_than_the_anchor():
+    cluster = cluster_from(PAIR)
+    anchor = vrrp_anchor(cluster)
+    assert advert_changes(cluster, {}) is False
+    assert advert_changes(cluster, {"lb1": None, "lb2": None}) is False
+    assert advert_changes(cluster, {"lb1": {"state": "MASTER", "advertised_addresses": None}}) \
+        is False
+    assert advert_changes(cluster, {"lb1": {"state": "MASTER", "advertised_addresses": [anchor]},
+                                    "lb2": {"state": "BACKUP", "advertised_addresses": [anchor]}}) \
+        is False
+    assert advert_changes(cluster, {"lb1": {"state": "MASTER", "advertised_addresses": [anchor]},
+                                    "lb2": {"state": "BACKUP",
+                                            "advertised_addresses": ["192.168.100.10"]}}) is True
+
+
+@pytest.mark.parametrize("text", [PAIR, PAIR_WITH_CHECKS])
+def test_balancer_order_backup_first_by_role_then_by_priority(text):
+    cluster = cluster_from(text)
+    balancers = [t for t in select(cluster) if t.role == "balancer"]
+
+    def order(reported):
+        return [t.node for t in balancer_order(cluster, balancers, reported)]
+    assert order({}) == ["lb2", "lb1"]  # lower priority first
+    assert order({"lb1": None, "lb2": None}) == ["lb2", "lb1"]
+    assert order({"lb1": {"state": "BACKUP"}, "lb2": {"state": "MASTER"}}) == ["lb1", "lb2"]
+    assert order({"lb1": {"state": "FAULT"}, "lb2": {"state": "MASTER"}}) == ["lb1", "lb2"]
+    assert order({"lb1": {"state": "MASTER"}, "lb2": {}}) == ["lb2", "lb1"]
+    # A lone balancer of a pair's file (--node lb1) is simply itself.
+    assert [t.node for t in balancer_order(cluster, balancers[:1], {})] == ["lb1"]
+
+
+def test_a_pair_with_one_balancer_selected_is_not_asked_for_roles():
+    cluster = cluster_from(PAIR)
+    found = [(label, [t.node for t in group]) for label, group in
+             rollout_stages(cluster, select(cluster, "lb2,pi1"), never_asked)]
+    assert found == [("workers", ["pi1"]), ("balancer", ["lb2"])]
+
+
+def _status_json(state, advertised):
+    """What `lbctl status --json` says of a pair balancer's keepalived."""
+    return json.dumps({"keepalived": {"pi-web": {"vrrp": {"state": state},
+                                                 "advertised_addresses": advertised}}})
+
+
+@pytest.mark.parametrize("text", [LONE, LONE_WITH_CHECKS, LONE_WITH_VRRP, PI_ECMP])
+def test_balancers_now_asks_nobody_outside_a_pair(monkeypatch, text):
+    from lbctl.remote import fleet
+
+    monkeypatch.setattr(fleet, "run_on_each", lambda *a, **k: never_asked())
+    cluster = cluster_from(text)
+    assert fleet.balancers_now(cluster, select(cluster), None) == {}
+
+
+def test_balancers_now_reads_each_pair_balancer_and_none_for_an_answer_it_cannot_read(
+        monkeypatch):
+    from lbctl.remote import fleet
+
+    cluster = cluster_from(PAIR)
+    answers = {"lb1": _status_json("MASTER", ["169.254.255.1"]), "lb2": "null"}
+    asked = []
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        asked.extend((t.node, tuple(args_for(t))) for t in targets_)
+        return {t.node: Outcome(t, 0, answers[t.node], "") for t in targets_}
+    monkeypatch.setattr(fleet, "run_on_each", on_each)
+    found = fleet.balancers_now(cluster, select(cluster), None)
+    assert found == {"lb1": {"state": "MASTER", "advertised_addresses": ["169.254.255.1"]},
+                     "lb2": None}
+    assert sorted(asked) == [(n, ("status", "-", "--node", n, "--json", "--no-drift"))
+                             for n in ("lb1", "lb2")]  # workers are not asked
+    for bad in ("", "[]", "{}", '{"keepalived": null}', '{"keepalived": {"pi-web": []}}',
+                "not json"):
+        answers["lb2"] = bad
+        assert fleet.balancers_now(cluster, select(cluster), None)["lb2"] in (
+            None, {"state": None, "advertised_addresses": None}), bad

@@ -45,6 +45,10 @@ def advert_changes(cluster, reported):
     VIPs over until the master had the new config.  So the master goes first."""
     from lbctl.render.keepalived import vrrp_anchor
 
+    if cluster.mode != "failover" or not reported:
+        # Only a pair takes turns by VRRP role: a lone balancer has no peer
+        # to hear, and may run no VRRP at all (no vrrp section, no anchor).
+        return False
     wanted = {vrrp_anchor(cluster)}
     return any(r and r.get("advertised_addresses") is not None
                and set(r["advertised_addresses"]) != wanted for r in reported.values())
@@ -68,6 +72,8 @@ def rollout_stages(cluster, selected, balancers_now, removing=False):
         # Every balancer is active: one at a time, in the file's order, while
         # the others serve.
         staged = [(f"balancer {t.node}", t) for t in balancers]
+    elif cluster.mode == "single":
+        staged = [("balancer", t) for t in balancers]
     else:
         reported = balancers_now() if len(balancers) > 1 else {}
         ordered = balancer_order(cluster, balancers, reported)
