@@ -59,10 +59,32 @@ def test_a_login_account_named_like_the_script_user_is_not_adopted(monkeypatch, 
         keepalived.ensure_system_user("lbctl")
 
 
-def test_a_system_account_without_a_login_is_used(monkeypatch):
+def test_a_system_account_without_a_login_is_used_as_it_is(monkeypatch):
     account = SimpleNamespace(pw_name="lbctl", pw_uid=996, pw_gid=996, pw_shell="/usr/sbin/nologin")
+    ran = []
     monkeypatch.setattr(keepalived, "_user", lambda name: account)
+    monkeypatch.setattr(keepalived, "run", lambda argv, **kw: ran.append(argv))
+    assert keepalived.ensure_system_user("lbctl") is None
+    assert ran == []  # no useradd: the account is there
+
+
+def test_a_missing_script_user_is_added_as_a_system_user_without_a_login(monkeypatch):
+    from subprocess import CompletedProcess
+
+    accounts, ran = {}, []
+
+    def useradd(argv, **kw):
+        ran.append(argv)
+        accounts[argv[-1]] = SimpleNamespace(pw_name=argv[-1], pw_uid=996, pw_gid=996,
+                                             pw_shell="/usr/sbin/nologin")
+        return CompletedProcess(argv, 0, "", "")
+    monkeypatch.setattr(keepalived, "_user", accounts.get)
+    monkeypatch.setattr(keepalived, "run", useradd)
     keepalived.ensure_system_user("lbctl")
+    assert ran == [[keepalived.USERADD, "--system", "--user-group", "--no-create-home",
+                    "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", "lbctl"]]
+    keepalived.ensure_system_user("lbctl")
+    assert len(ran) == 1  # added once
 
 
 @pytest.fixture
