@@ -4,6 +4,7 @@
 #   ./dev.sh setup   apt packages and the .venv (idempotent)
 #   ./dev.sh demo    setup, then `lbctl lab demo` on the bundled example
 #   ./dev.sh test    setup (the proxies too), then unit tests and the netns suite
+#   ./dev.sh golden  rewrite tests/golden/*.plan after a deliberate change (read the diff)
 #   ./dev.sh wheel   dist/lbctl-VERSION-py3-none-any.whl to install on nodes (no root needed)
 #   ./dev.sh bench [SCRIPT...]   setup and the proxies, then the benchmarks (or those
 #                    named, e.g. failover.py); they rewrite docs/benchmarks.md
@@ -33,6 +34,11 @@ BENCH_PACKAGES=(haproxy pen nginx time)
 # The venv's extras: pytest for every command; matplotlib (the benchmarks'
 # plots) only where the benchmarks run.
 PIP_EXTRAS=test
+
+if [ "${1:-}" = golden ]; then
+  # No root: it only renders.  Run from tests/, as pytest does, for its imports.
+  cd tests && exec ../.venv/bin/python test_golden.py
+fi
 
 if [ "${1:-}" = wheel ]; then
   # The wheel to install on nodes: no root, no lab packages, only python3-venv.
@@ -121,6 +127,6 @@ case "${1:-}" in
     setup "${BENCH_PACKAGES[@]}"
     exec .venv/bin/python bench/run.py "${@:2}" ;;
   *)
-    sed -n '2,14p' "$0" >&2
+    sed -n '2,15p' "$0" >&2
     exit 2 ;;
 esac

@@ -1,10 +1,11 @@
 """Golden files: each cluster under tests/golden/ and the plan every node gets on a fresh host.
 
-Set LBCTL_UPDATE_GOLDEN=1 to rewrite the .plan files after a deliberate change,
-then read the diff.
+After a deliberate change, `./dev.sh golden` rewrites the .plan files; read
+the diff before committing it.  The test itself only compares, so it cannot
+pass by writing what it then reads.
 """
 
-import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,18 @@ def render_fresh_plans(path):
 
 @pytest.mark.parametrize("cluster", sorted(GOLDEN.glob("*.yaml")), ids=lambda p: p.stem)
 def test_plan_matches_golden(cluster):
-    expected_path = cluster.with_suffix(".plan")
-    actual = render_fresh_plans(cluster)
-    if os.environ.get("LBCTL_UPDATE_GOLDEN") == "1":
-        expected_path.write_text(actual)
-    assert actual == expected_path.read_text()
+    assert render_fresh_plans(cluster) == cluster.with_suffix(".plan").read_text()
+
+
+def update():
+    """Rewrite every .plan file from what lbctl renders now; print the changed ones."""
+    for cluster in sorted(GOLDEN.glob("*.yaml")):
+        path = cluster.with_suffix(".plan")
+        actual = render_fresh_plans(cluster)
+        if not path.exists() or path.read_text() != actual:
+            path.write_text(actual)
+            print(f"rewrote {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(update())
