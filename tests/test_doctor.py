@@ -6,7 +6,7 @@ from ipaddress import IPv4Address
 
 import pytest
 
-from helpers import PI_SINGLE, cluster_from
+from helpers import PI_ECMP, PI_SINGLE, cluster_from
 from lbctl.doctor.facts import Facts, parse_ss
 from lbctl.doctor.local import balancer_findings, worker_findings
 from lbctl.doctor.report import Finding, NotRun, format_json, format_text, merge
@@ -261,6 +261,25 @@ def test_a_vip_nobody_answers_for_and_a_worker_off_the_segment():
     h = heard(vip_macs={DNS_VIP: []}, node_macs={"pi3": None})
     h.syn.pop(("web", "pi3"))  # no MAC, no probe
     assert wire(h) == [("pi3", "no-arp-answer"), ("lb1", "vip-unanswered")]
+
+
+def test_in_mode_ecmp_a_vip_nobody_answers_arp_for_is_how_it_should_be():
+    cluster = cluster_from(PI_ECMP)
+    routed = [IPv4Address("10.200.0.10"), IPv4Address("10.200.0.11")]
+    macs = {"lb1": "02:00:00:00:00:02", "lb2": "02:00:00:00:00:05", "lb3": "02:00:00:00:00:07",
+            "pi1": "02:00:00:00:00:03", "pi2": "02:00:00:00:00:04"}
+
+    def found(vip_macs):
+        h = Heard(node_macs=dict(macs), vip_macs=vip_macs,
+                  syn={("web", w): SYN_ACK for w in ("pi1", "pi2")})
+        return [(f.node, f.check) for f in wire_findings(cluster, h, "lb1", "eth0", "f")]
+    assert found({vip: [] for vip in routed}) == []
+    # Whoever answers ARP for a routed VIP takes requests the router should
+    # spread: a balancer, a worker, or a stranger.
+    assert found({routed[0]: sorted([macs["lb2"], macs["lb3"]]), routed[1]: []}) == [
+        ("lb2", "arp-flux"), ("lb3", "arp-flux")]
+    assert found({routed[0]: [macs["pi1"], "02:aa:00:00:00:01"], routed[1]: []}) == [
+        ("pi1", "arp-flux"), ("unknown host 02:aa:00:00:00:01", "vip-conflict")]
 
 
 def test_a_reset_means_no_listener_silence_a_dropped_request_and_icmp_a_refusal():

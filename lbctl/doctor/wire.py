@@ -178,13 +178,26 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
                 "(another switch, bridge or VLAN), and direct routing reaches only that",
                 f"who-has {node.address} on {ifname}: no answer in {REPLY_WAIT:g} s",
                 f"connect {name} to the balancers' switch and VLAN, and check it is up"))
+    # In mode ecmp the router sends the VIPs to the balancers by BGP: no host
+    # should answer ARP for one, a balancer included (it holds them on lo).
+    routed = cluster.mode == "ecmp"
     for vip, macs in sorted(heard.vip_macs.items()):
         who = ", ".join(f"{owner.get(m, 'unknown host')} ({m})" for m in macs) or "nobody"
         evidence = f"who-has {vip} on {ifname} answered by {who}"
         services = ", ".join(s.name for s in cluster.services.values() if s.vip == vip)
         for mac in macs:
             name = owner.get(mac)
-            if name in cluster.workers:
+            if routed and name in cluster.balancers:
+                found.append(Finding(
+                    name, "arp-flux",
+                    f"answers ARP for VIP {vip} ({services}), which in mode ecmp the router "
+                    "sends to the balancers by BGP: LAN hosts that ask send their requests "
+                    "to this balancer alone",
+                    evidence,
+                    f"`sudo lbctl apply {file_hint}` on {name} (it sets arp_ignore=1 and "
+                    "arp_announce=2, and holds the VIPs on lo); take any VIP off its LAN "
+                    "interface"))
+            elif name in cluster.workers:
                 found.append(Finding(
                     name, "arp-flux",
                     f"answers ARP for VIP {vip} ({services}), so clients that ask it send "
@@ -200,6 +213,8 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
                     f"unknown host {mac}", "vip-conflict",
                     f"answers ARP for VIP {vip} ({services}): another host uses the VIP",
                     evidence, f"take {vip} off that host, or give the services another VIP"))
+        if routed:
+            continue  # every balancer holds the VIP, and none answers ARP for it
         balancers = sorted({owner[m] for m in macs if owner.get(m) in cluster.balancers})
         if len(balancers) > 1:
             found.append(Finding(
