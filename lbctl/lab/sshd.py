@@ -101,9 +101,16 @@ class LabSsh:
     def start(self, name, version=None):
         """sshd for node `name`; `version`: the lbctl there claims that version."""
         node = self.lab.nodes[name]
-        proc = subprocess.Popen(["ip", "netns", "exec", node.netns, SSHD, "-D", "-e",
-                                 "-f", self._sshd_config(node, version)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # sshd -e logs every login to stderr: into a file, since a pipe nobody
+        # reads fills after 64 KiB, and then sshd blocks and --all hangs.
+        log = os.open(os.path.join(self.dir, f"sshd_{name}.log"),
+                      os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            proc = subprocess.Popen(["ip", "netns", "exec", node.netns, SSHD, "-D", "-e",
+                                     "-f", self._sshd_config(node, version)],
+                                    stdout=subprocess.DEVNULL, stderr=log)
+        finally:
+            os.close(log)
         self.processes[name] = proc
         self.lab._wait_listening(node, 22)
 
