@@ -70,10 +70,12 @@ def test_ecmp_balancers_go_one_at_a_time_and_none_is_asked_for_a_vrrp_role():
     cluster = cluster_from(PI_ECMP)
     found = [(label, [t.node for t in group])
              for label, group in rollout_stages(cluster, select(cluster), never)]
-    assert found == [("workers", ["pi1", "pi2"]), ("balancer lb1", ["lb1"]),
-                     ("balancer lb2", ["lb2"]), ("balancer lb3", ["lb3"])]
-    removing = [label for label, _ in rollout_stages(cluster, select(cluster), never, True)]
-    assert removing == ["balancer lb1", "balancer lb2", "balancer lb3", "workers"]
+    assert found == [("workers", ["pi1", "pi2"]), ("balancer", ["lb1"]),
+                     ("balancer", ["lb2"]), ("balancer", ["lb3"])]
+    removing = [(label, [t.node for t in group])
+                for label, group in rollout_stages(cluster, select(cluster), never, True)]
+    assert removing == [("balancer", ["lb1"]), ("balancer", ["lb2"]), ("balancer", ["lb3"]),
+                        ("workers", ["pi1", "pi2"])]
 
 
 def test_remove_takes_the_balancers_away_before_the_workers():

@@ -68,11 +68,9 @@ def rollout_stages(cluster, selected, balancers_now, removing=False):
     balancers = [t for t in selected if t.role == "balancer"]
     if workers and not removing:
         yield "workers", workers
-    if cluster.mode == "ecmp":
-        # Every balancer is active: one at a time, in the file's order, while
-        # the others serve.
-        staged = [(f"balancer {t.node}", t) for t in balancers]
-    elif cluster.mode == "single":
+    if cluster.mode in ("ecmp", "single"):
+        # In mode ecmp every balancer is active: one at a time, in the file's
+        # order, while the others serve.
         staged = [("balancer", t) for t in balancers]
     else:
         reported = balancers_now() if len(balancers) > 1 else {}
