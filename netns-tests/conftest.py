@@ -77,9 +77,14 @@ def pytest_runtest_logstart(nodeid, location):
     sys.stderr.flush()
 
 
+MODULE_SECONDS = {}  # module: seconds in its tests' setup, call and teardown
+
+
 def pytest_runtest_logreport(report):
     """A failure's traceback at once, not only in the summary at the end: a run
     stopped by CI's time limit never reaches that summary."""
+    module = report.nodeid.split("::")[0]
+    MODULE_SECONDS[module] = MODULE_SECONDS.get(module, 0.0) + report.duration
     if report.failed:
         tail = "\n".join(report.longreprtext.splitlines()[-60:])
         sys.stderr.write(f"\n--- {report.nodeid} ({report.when}) failed:\n{tail}\n---\n")
@@ -87,6 +92,13 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter):
+    """What the tests measured, then each module's time: the suite has a time
+    budget, and the next slow module should show."""
+    if MODULE_SECONDS:
+        terminalreporter.section("seconds per module")
+        for module, seconds in sorted(MODULE_SECONDS.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{seconds:7.1f}  {module}")
+        terminalreporter.write_line(f"{sum(MODULE_SECONDS.values()):7.1f}  in all")
     if MEASUREMENTS:
         terminalreporter.section("measured in the lab")
         for line in MEASUREMENTS:
