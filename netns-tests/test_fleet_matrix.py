@@ -1,0 +1,307 @@
+"""Every command that takes --all, in every mode: the matrix.
+
+One routed lab serves every mode in turn: an sshd in each node, and the
+client behind a router running BIRD, as a laptop on another network would
+drive a cluster.  Each mode starts from nodes that lbctl never touched (the
+previous mode's `apply --remove --all` took everything away, which is one
+of its cells), runs each command from the client, and asserts what a user
+would see: the exit code, the nodes named, and the kernel's state where the
+command changes it.  The suite prints the matrix at the end.
+
+A new command that takes --all gets a column here.
+"""
+
+import copy
+import os
+import re
+import sys
+import time
+
+import pytest
+
+import ipvs_table
+from clusters import write_cluster
+from conftest import MEASUREMENTS
+from lbctl.config import load_cluster
+from lbctl.lab.routed import RoutedLab
+from lbctl.lab.sshd import LabSsh
+from test_cluster_ssh import order_of
+
+LAN_VIP = "192.168.100.10"
+ROUTED_VIP = "10.200.0.10"
+WORKERS = {"pi1": "192.168.100.3", "pi2": "192.168.100.4", "pi3": "192.168.100.6"}
+BALANCERS = {"lb1": "192.168.100.2", "lb2": "192.168.100.5"}
+FAST_CHECK = {"http": {"path": "/index.html", "status": 200},
+              "interval": "1s", "timeout": "500ms", "retries": 1, "rise": 1}
+
+# The README's simplest cluster: one balancer, no checks, no vrrp section.
+SINGLE = {
+    "cluster": "mx",
+    "ssh": {"user": "root"},
+    "balancers": {"lb1": {"address": BALANCERS["lb1"], "interface": "eth0"}},
+    "workers": {name: {"address": address} for name, address in WORKERS.items()},
+    "services": {"web": {"vip": LAN_VIP, "port": 80, "scheduler": "rr"}},
+}
+SINGLE_CHECKED = copy.deepcopy(SINGLE)
+SINGLE_CHECKED["services"]["web"]["health"] = FAST_CHECK
+PAIR = copy.deepcopy(SINGLE_CHECKED)
+PAIR["balancers"] = {"lb1": {"address": BALANCERS["lb1"], "interface": "eth0", "priority": 150},
+                     "lb2": {"address": BALANCERS["lb2"], "interface": "eth0", "priority": 100}}
+# 1 s adverts: on the emulated lab's busy CPUs 100 ms ones can be missed
+# during a reload (see test_cluster_ssh.as_root).
+PAIR["vrrp"] = {"advert_interval": "1s", "preempt": True}
+ECMP = copy.deepcopy(SINGLE_CHECKED)
+ECMP["mode"] = "ecmp"
+ECMP["bgp"] = {"as": 65001, "router": {"address": "192.168.100.1", "as": 65000},
+               "hold": "3s", "keepalive": "1s"}
+ECMP["balancers"] = {name: {"address": address, "interface": "eth0"}
+                     for name, address in BALANCERS.items()}
+ECMP["services"]["web"].update(vip=ROUTED_VIP, scheduler="mh", scheduler_flags=["mh-port"])
+
+# mode name: (spec, the balancers that serve, what runs the table there)
+MODES = {
+    "one balancer, netlink": (SINGLE, ["lb1"], "netlink"),
+    "one balancer, keepalived": (SINGLE_CHECKED, ["lb1"], "keepalived"),
+    "failover pair": (PAIR, ["lb1", "lb2"], "keepalived"),
+    "ecmp": (ECMP, ["lb1", "lb2"], "keepalived"),
+}
+COLUMNS = ["apply", "plan", "status", "doctor", "drain", "undrain", "rollout", "apply --remove"]
+MATRIX = {}  # (mode, column): "ok 12.3s" or "FAILED"
+
+
+def matrix_lines():
+    width = max(len(m) for m in MODES)
+    lines = ["--all in every mode (each cell: outcome, seconds)",
+             " " * width + " | " + " | ".join(f"{c:>14}" for c in COLUMNS)]
+    for mode in MODES:
+        cells = [MATRIX.get((mode, c), "not run") for c in COLUMNS]
+        lines.append(f"{mode:<{width}} | " + " | ".join(f"{c:>14}" for c in cells))
+    return lines
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("matrix")
+    topology = folder / "topology.yaml"
+    write_cluster(topology, ECMP)
+    the_lab = RoutedLab(load_cluster(str(topology)), topology, prefix="mx")
+    the_lab.files = folder
+    the_lab.build()
+    try:
+        yield the_lab
+    finally:
+        MEASUREMENTS.extend(matrix_lines())
+        the_lab.teardown()
+
+
+@pytest.fixture(scope="module")
+def fleet(lab):
+    ssh = LabSsh(lab).setup()
+    yield ssh
+    ssh.stop_all()
+
+
+def slug(mode):
+    return re.sub(r"\W+", "-", mode)
+
+
+def vip_of(spec):
+    return spec["services"]["web"]["vip"]
+
+
+def web_rules(lab, node, vip):
+    """{address: weight} of the web service's real servers in `node`'s IPVS,
+    or None if it has no such service."""
+    rows = ipvs_table.service(ipvs_table.on(lab, node), vip, 80)
+    return None if rows is None else {a.rsplit(":", 1)[0]: row.weight for a, row in rows.items()}
+
+
+def served_by(lab, vip, count=12):
+    return {lab.curl(f"http://{vip}/", timeout=3).stdout.strip() or "failed"
+            for _ in range(count)}
+
+
+def daemons(lab, node):
+    """The names of keepalived and BIRD processes running in a node's namespace."""
+    pids = lab.sh(node, ["ip", "netns", "pids", lab.nodes[node].netns], check=False)
+    found = set()
+    for pid in pids.stdout.split():
+        try:
+            with open(f"/proc/{pid}/comm") as fh:
+                name = fh.read().strip()
+        except OSError:
+            continue
+        if name in ("keepalived", "bird"):
+            found.add(name)
+    return found
+
+
+class Cells:
+    """One mode's row: each cell timed, its outcome recorded before it asserts."""
+
+    def __init__(self, lab, fleet, mode, path):
+        self.lab, self.fleet, self.mode, self.path = lab, fleet, mode, str(path)
+
+    def run(self, column, *args):
+        started = time.monotonic()
+        MATRIX[(self.mode, column)] = "FAILED"
+        if column == "rollout":
+            done = self.lab.sh("client", [sys.executable, "-m", "lbctl", "rollout", self.path,
+                                          *args, "--ssh-config", self.fleet.config],
+                               check=False, timeout=900)
+        else:
+            done = self.fleet.lbctl_all(*args)
+        done.seconds, done.column = time.monotonic() - started, column
+        return done
+
+    def passed(self, done):
+        MATRIX[(self.mode, done.column)] = f"ok {done.seconds:.1f}s"
+
+
+def take_everything_away(lab, fleet, path, serving):
+    """After a failed cell: lbctl removed from every node, by each node
+    itself, so the next mode still starts from clean nodes."""
+    for node in [*serving, *WORKERS]:
+        lab.sh(node, [sys.executable, "-m", "lbctl", "apply", str(path), "--remove",
+                      "--root", lab.nodes[node].root], check=False)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_all_command(lab, fleet, mode):
+    spec, serving, engine = MODES[mode]
+    vip = vip_of(spec)
+    path = write_cluster(lab.files / f"{slug(mode)}.yaml", spec)
+    cluster = load_cluster(str(path))
+    assert cluster.engine == engine
+    nodes = [*serving, *WORKERS]
+    idle = [b for b in BALANCERS if b not in serving]
+    cell = Cells(lab, fleet, mode, path)
+    clean = False
+    try:
+        _apply(lab, cell, spec, serving, vip)
+        _plan(cell, nodes)
+        _status(cell, serving)
+        _doctor(cell, nodes)
+        _drain_and_undrain(lab, cell, serving, vip)
+        _rollout(lab, cell, serving, vip)
+        _remove(lab, cell, serving, idle, vip)
+        clean = True
+    finally:
+        if not clean:
+            take_everything_away(lab, fleet, path, serving)
+
+
+def _apply(lab, cell, spec, serving, vip):
+    # Nothing serves the VIP before.
+    assert lab.curl(f"http://{vip}/", timeout=2).returncode != 0
+    done = cell.run("apply", "apply", cell.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    order = order_of(done.stdout)
+    # Workers first, then the balancers one at a time: a pair's backup before its master.
+    assert set(order[:3]) == set(WORKERS), done.stdout
+    expected = ["lb2", "lb1"] if spec is PAIR else serving
+    assert order[3:] == expected, done.stdout
+    assert f"applied on {len(serving) + 3} node(s)" in done.stdout, done.stdout
+    for node in serving:
+        lab.wait_for(lambda n=node: web_rules(lab, n, vip) == {a: 1 for a in WORKERS.values()},
+                     timeout=30, what=f"{node}'s IPVS to hold every worker at weight 1")
+    for node in BALANCERS:
+        if node not in serving:
+            assert web_rules(lab, node, vip) is None, f"{node} is not in the file"
+    if spec is PAIR:
+        lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
+    if spec is ECMP:
+        lab.wait_for_next_hops(vip, serving)
+    everyone = {f"served by {w}" for w in WORKERS}
+    lab.wait_for(lambda: served_by(lab, vip) == everyone, timeout=30,
+                 what=f"the client served by {sorted(everyone)} through {vip}")
+    cell.passed(done)
+
+
+def _plan(cell, nodes):
+    done = cell.run("plan", "plan", cell.path, "--detailed-exitcode")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("no changes") == len(nodes), done.stdout
+    assert sorted(order_of(done.stdout)) == sorted(nodes), done.stdout
+    cell.passed(done)
+
+
+def _status(cell, serving):
+    done = cell.run("status", "status", cell.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = done.stdout
+    for node in serving:
+        assert re.search(rf"^balancer {node} \({BALANCERS[node]}\)", text, re.M), text
+    for node, address in WORKERS.items():
+        assert re.search(rf"^worker {node} \({re.escape(address)}\)", text, re.M), text
+    assert text.count("drift: none, the node matches the file") == len(serving) + 3, text
+    assert "unreachable" not in text
+    cell.passed(done)
+
+
+def _doctor(cell, nodes):
+    done = cell.run("doctor", "doctor", cell.path)
+    assert (done.returncode, done.stdout.splitlines()[-1]) == (0, "no problems found"), \
+        done.stdout + done.stderr
+    assert f"checking {len(nodes)} node(s)" in done.stderr, done.stderr
+    cell.passed(done)
+
+
+def _drain_and_undrain(lab, cell, serving, vip):
+    pi1 = WORKERS["pi1"]
+    done = cell.run("drain", "drain", "pi1", cell.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(order_of(done.stdout)) == sorted(serving), done.stdout
+    for node in serving:
+        lab.wait_for(lambda n=node: (web_rules(lab, n, vip) or {}).get(pi1) == 0, timeout=30,
+                     what=f"pi1 at weight 0 on {node}")
+    assert "served by pi1" not in served_by(lab, vip)
+    cell.passed(done)
+
+    done = cell.run("undrain", "undrain", "pi1", cell.path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for node in serving:
+        lab.wait_for(lambda n=node: (web_rules(lab, n, vip) or {}).get(pi1) == 1, timeout=30,
+                     what=f"pi1 back at weight 1 on {node}")
+    lab.wait_for(lambda: "served by pi1" in served_by(lab, vip), timeout=30,
+                 what="pi1 serving again")
+    cell.passed(done)
+
+
+def _rollout(lab, cell, serving, vip):
+    # One batch of two workers: every step of a rollout (drain on each
+    # balancer, wait for idle, run, wait for health, undrain) at the cost of
+    # one round; test_cluster_ssh takes workers in turn under load.
+    ran = lab.files / f"rollout-{slug(cell.mode)}"
+    done = cell.run("rollout", "--exec", f'echo "$LBCTL_WORKER" >> {ran}', "--batch", "2",
+                    "--start-at", "pi2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "rolled out to 2 worker(s): pi2, pi3" in done.stdout, done.stdout
+    assert ran.read_text() == "pi2\npi3\n"
+    for node in serving:
+        assert web_rules(lab, node, vip) == {a: 1 for a in WORKERS.values()}, node
+    cell.passed(done)
+
+
+def _remove(lab, cell, serving, idle, vip):
+    done = cell.run("apply --remove", "apply", cell.path, "--remove")
+    assert done.returncode == 0, done.stdout + done.stderr
+    order = order_of(done.stdout)
+    # The balancers stop sending traffic before the workers let go of the VIP.
+    assert set(order[:len(serving)]) == set(serving), done.stdout
+    assert set(order[len(serving):]) == set(WORKERS), done.stdout
+    assert f"lbctl removed from {len(serving) + 3} node(s)" in done.stdout, done.stdout
+    for node in [*serving, *idle]:
+        assert web_rules(lab, node, vip) is None, node
+        assert daemons(lab, node) == set(), node
+    for node in WORKERS:
+        held = lab.sh(node, ["ip", "-4", "-o", "address", "show", "dev", "lo"]).stdout
+        assert vip not in held, (node, held)
+    for node in [*serving, *WORKERS]:
+        folder = os.path.join(lab.nodes[node].root, "etc/lbctl")
+        left = os.listdir(folder) if os.path.isdir(folder) else []
+        assert left == [], (node, left)
+    if vip == ROUTED_VIP:
+        lab.wait_for_next_hops(vip, [], timeout=15)
+    assert lab.curl(f"http://{vip}/", timeout=2).returncode != 0
+    cell.passed(done)
