@@ -9,6 +9,9 @@ import json
 import os
 import subprocess
 import sys
+import time
+
+from lbctl.lab.vm_watch import SILENCE, Watch
 
 MODULES = (
     "ip_vs", "ip_vs_rr", "ip_vs_wrr", "ip_vs_lc", "ip_vs_wlc", "ip_vs_sh",
@@ -45,14 +48,28 @@ def _prepare_system(job):
     for name in MODULES:
         subprocess.run(["modprobe", name], check=False)
     subprocess.run(["ip", "link", "set", "lo", "up"], check=False)
+    # A task blocked in the kernel for 2 minutes is named on the console.
+    try:
+        with open("/proc/sys/kernel/hung_task_timeout_secs", "w") as fh:
+            fh.write("120\n")
+    except OSError as exc:
+        print(f"lab-vm: no hung task warnings: {exc}", file=sys.stderr, flush=True)
     # The guest's hostname stands out in logs and prompts.
     subprocess.run(["hostname", "lbctl-lab"], check=False)
 
 
-def _run_reaping(job):
+def _run_reaping(job, results_dir):
     """Run the job; as PID 1, also reap every orphan (daemons started by the job)
-    so that a killed daemon is gone rather than left as a zombie."""
-    proc = subprocess.Popen(job["argv"], cwd=job["cwd"], env=job["env"])
+    so that a killed daemon is gone rather than left as a zombie.  The job's
+    output reaches the console through a Watch, which reports on a silence."""
+    out_read, out_write = os.pipe()
+    err_read, err_write = os.pipe()
+    proc = subprocess.Popen(job["argv"], cwd=job["cwd"], env=job["env"],
+                            stdout=out_write, stderr=err_write)
+    os.close(out_write)
+    os.close(err_write)
+    silence = float(job["env"].get("LBCTL_LAB_VM_SILENCE", SILENCE))
+    Watch(results_dir, silence).start(out_read, err_read)
     while True:
         pid, wait_status = os.wait()
         if pid == proc.pid:
@@ -67,7 +84,8 @@ def main(results_dir):
     status = 1
     try:
         _prepare_system(job)
-        status = _run_reaping(job)
+        status = _run_reaping(job, results_dir)
+        time.sleep(1)  # the relays' last output, from a job that just ended
     except Exception as exc:  # PID 1 must always reach poweroff
         print(f"lab-vm: {exc}", file=sys.stderr, flush=True)
     with open(os.path.join(results_dir, "exit-status"), "w") as fh:

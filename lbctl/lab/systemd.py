@@ -42,9 +42,21 @@ WantedBy=multi-user.target
 """
 
 
-def _join_cgroup(path):
-    with open(os.path.join(path, "cgroup.procs"), "w") as fh:
-        fh.write(str(os.getpid()))
+def _in_cgroup(path, argv):
+    """argv, started inside the cgroup at `path`.
+
+    The shell moves itself there and execs argv, so nspawn begins life in
+    it.  (Not Popen's preexec_fn: Python code between fork and exec may
+    deadlock on a lock another thread held at the fork.)  Only paths and
+    the lab's own arguments go through it, as "$0" and "$@"."""
+    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"',
+            os.path.join(path, "cgroup.procs"), *argv]
+
+
+def _say(name, what, since):
+    """A timestamped boot step on stderr: a stalled boot shows where it stopped."""
+    sys.stderr.write(f"[boot {time.monotonic() - since:6.1f}s] {name}: {what}\n")
+    sys.stderr.flush()
 
 
 def _mount_cgroup2():
@@ -62,6 +74,7 @@ class BootedNodes:
         self.names = list(names)
         self.base = os.path.join(lab.workdir, "booted")
         self.spawned = {}  # name: the systemd-nspawn process
+        self.launched = {}  # name: when its last boot began (monotonic)
         self.leaders = {}  # name: the container's PID 1, as this machine numbers it
 
     def _dirs(self, name):
@@ -114,10 +127,10 @@ class BootedNodes:
         node = self.lab.nodes[name]
         log = open(os.path.join(self.base, name, "console.log"), "ab")
         cgroup = self._fresh_cgroup(name)
-        self.spawned[name] = subprocess.Popen(
+        self.spawned[name] = subprocess.Popen(_in_cgroup(cgroup, [
             # No machined or system bus in the lab VM: no registration, no
             # scope unit, no journal linked to the VM's.
-            [NSPAWN, "--quiet", "--boot", "--register=no", "--keep-unit", "--link-journal=no",
+            NSPAWN, "--quiet", "--boot", "--register=no", "--keep-unit", "--link-journal=no",
              "--private-users=no", f"--uuid={self._machine_id(name)}",
              f"--machine={name}", f"--directory={self._dirs(name)['root']}",
              f"--network-namespace-path=/run/netns/{node.netns}",
@@ -129,15 +142,16 @@ class BootedNodes:
              "--bind-ro=/lib/modules",
              # This checkout and its venv, wherever they live (a CI clone under
              # /tmp is not in the node's /tmp).
-             f"--bind={CHECKOUT}", f"--bind-ro={sys.prefix}"],
+             f"--bind={CHECKOUT}", f"--bind-ro={sys.prefix}"]),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             # /proc/sys/net writable: the node sets its ARP and IPVS sysctls.
             # /tmp is the node's own, as on a Pi, not a fresh tmpfs: the checkout
             # and its venv may live there.
             env={**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network",
-                 "SYSTEMD_NSPAWN_TMPFS_TMP": "0"},
-            preexec_fn=lambda: _join_cgroup(cgroup))
+                 "SYSTEMD_NSPAWN_TMPFS_TMP": "0"})
         log.close()
+        self.launched[name] = time.monotonic()
+        _say(name, f"container launched (pid {self.spawned[name].pid})", self.launched[name])
         self.leaders.pop(name, None)
         if wait:
             self.wait_booted(name)
@@ -164,19 +178,37 @@ class BootedNodes:
             return fh.read().strip()
 
     def wait_booted(self, name, timeout=240):
-        """Until systemd in the node has finished starting its units."""
+        """Until systemd in the node has finished starting its units.  Each
+        step is said on stderr as it happens; a boot that does not finish
+        shows systemd's pending jobs and the node's whole console."""
+        since = self.launched.get(name, time.monotonic())
         deadline = time.monotonic() + timeout
+        said = None
         while time.monotonic() < deadline:
             if self.spawned[name].poll() is not None:
                 raise LabError(f"{name}: the container exited ({self._console_tail(name)})")
             leader = self._find_leader(name)
             if leader is not None:
-                state = self.run(name, ["systemctl", "is-system-running"]).stdout.strip()
+                try:
+                    state = self.run(name, ["systemctl", "is-system-running"],
+                                     timeout=30).stdout.strip()
+                except subprocess.TimeoutExpired:
+                    state = "no answer from systemctl in 30 s"
+                if state != said:
+                    _say(name, f"is-system-running: {state}", since)
+                    said = state
                 if state in ("running", "degraded"):
                     return state
             time.sleep(1)
-        raise LabError(f"{name}: systemd did not finish booting in {timeout}s "
-                       f"({self._console_tail(name)})")
+        raise LabError(f"{name}: systemd did not finish booting in {timeout}s\n"
+                       f"{self._pending_jobs(name)}\n--- {name}'s console:\n"
+                       f"{self._console_tail(name, lines=None, sep=chr(10))}")
+
+    def _pending_jobs(self, name):
+        try:
+            return self.run(name, ["systemctl", "list-jobs", "--no-pager"], timeout=30).stdout
+        except (subprocess.TimeoutExpired, LabError) as exc:
+            return f"(systemctl list-jobs: {exc})"
 
     def power_off(self, name, timeout=120):
         """A clean shutdown: systemd stops every unit, then the container ends."""
@@ -187,8 +219,14 @@ class BootedNodes:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
+            _say(name, f"still running {timeout}s after power off: killed",
+                 self.launched.get(name, time.monotonic()))
             proc.kill()
-            proc.wait()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                raise LabError(f"{name}: systemd-nspawn (pid {proc.pid}) does not end even "
+                               f"when killed\n{self._console_tail(name)}") from None
 
     def power_cycle(self, name):
         """Off, a fresh kernel state (new namespace), and on: a reboot."""
@@ -258,9 +296,11 @@ class BootedNodes:
                 return int(pid)
         return None
 
-    def _console_tail(self, name, lines=8):
+    def _console_tail(self, name, lines=8, sep=" | "):
+        """The end of the node's console (all of it with lines=None)."""
         try:
             with open(os.path.join(self.base, name, "console.log"), errors="replace") as fh:
-                return " | ".join(fh.read().splitlines()[-lines:])
+                kept = fh.read().splitlines()
+                return sep.join(kept if lines is None else kept[-lines:])
         except OSError:
             return "no console output"

@@ -137,23 +137,83 @@ def run(argv, cwd=None, memory_mb=2048, cpus=2):
         job = {"argv": list(argv), "cwd": str(cwd or os.getcwd()), "env": env,
                "modules": str(modules)}
         (results / "job.json").write_text(json.dumps(job))
-        cmdline = ("console=ttyS0 quiet loglevel=3 panic=-1 net.ifnames=0 "
+        # quiet: the kernel's errors and warnings only (a hung task among
+        # them), not every boot message.
+        cmdline = ("console=ttyS0 quiet panic=-1 net.ifnames=0 "
                    f"lbctl.results={results} lbctl.python={sys.executable}")
+        qmp = results / "qmp.sock"
         qemu = [
             "qemu-system-x86_64", "-accel", "tcg,thread=multi", "-cpu", "max",
             "-m", str(memory_mb), "-smp", str(cpus), "-nodefaults", "-no-reboot",
             "-display", "none", "-monitor", "none", "-serial", "stdio",
+            "-qmp", f"unix:{qmp},server=on,wait=off",
             "-kernel", str(vmlinuz), "-initrd", str(initrd), "-append", cmdline,
             "-virtfs", "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap",
             "-virtfs", f"local,path={results},mount_tag=results,security_model=none",
         ]
-        subprocess.run(qemu, stdin=subprocess.DEVNULL, check=False)
+        proc = subprocess.Popen(qemu, stdin=subprocess.DEVNULL)
+        _wait_within_limit(proc, results, qmp, time_limit())
         status_file = results / "exit-status"
         if not status_file.exists():
             raise LabError("the lab VM stopped without reporting an exit status")
         return int(status_file.read_text())
     finally:
         shutil.rmtree(results, ignore_errors=True)
+
+
+def time_limit():
+    """Seconds the lab VM may run: below CI's own limit, so a stalled guest
+    is reported on (and the run ends) while the log still reaches someone."""
+    return float(os.environ.get("LBCTL_LAB_VM_MINUTES", "80")) * 60
+
+
+def _wait_within_limit(proc, results, qmp, limit, report_seconds=90):
+    """Wait for qemu; past `limit`, ask the guest for its report (vm_watch),
+    print every vCPU's registers from qemu's side, and stop the VM."""
+    try:
+        proc.wait(timeout=max(limit - report_seconds, 1))
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    print(f"lbctl lab: the lab VM is near its limit of {limit / 60:.0f} min; asking it what "
+          "it is doing", file=sys.stderr, flush=True)
+    from lbctl.lab.vm_watch import DUMP_REQUEST
+
+    (results / DUMP_REQUEST).write_text("")
+    try:
+        proc.wait(timeout=report_seconds)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    print("lbctl lab: the vCPUs as qemu sees them:\n" + qmp_command(qmp, "info registers -a"),
+          file=sys.stderr, flush=True)
+    proc.kill()
+    proc.wait()
+    raise LabError(f"the lab VM ran past its limit of {limit / 60:.0f} min "
+                   "(LBCTL_LAB_VM_MINUTES); its report is above")
+
+
+def qmp_command(path, command_line, timeout=30):
+    """The text of a human monitor command, asked over qemu's QMP socket."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(str(path))
+            replies = sock.makefile("r")
+            replies.readline()  # the greeting
+            for ask in ({"execute": "qmp_capabilities"},
+                        {"execute": "human-monitor-command",
+                         "arguments": {"command-line": command_line}}):
+                sock.sendall(json.dumps(ask).encode() + b"\n")
+                while True:  # events may come before the answer
+                    answer = json.loads(replies.readline())
+                    if "return" in answer or "error" in answer:
+                        break
+            return answer.get("return") or str(answer.get("error"))
+    except (OSError, ValueError) as exc:
+        return f"(qemu's QMP socket: {exc})"
 
 
 def _results_parent():
