@@ -5,13 +5,13 @@ from dataclasses import dataclass
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
 from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
-from lbctl.render.systemd import (
-    render_balancer_unit, render_exporter_unit, render_worker_unit, systemd_unit_name,
+from lbctl.layout import (
+    ANNOUNCE_SCRIPT, CHECK_SCRIPT, HOOK_ORDER, NOTIFY_SCRIPT, TAKEOVER_SCRIPT, Layout,
 )
-from lbctl.saved import saved_copy
+from lbctl.render.systemd import render_balancer_unit, render_exporter_unit, render_worker_unit
 from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
 
-KEEPALIVED_SCRIPTS = ("lbctl-check", "lbctl-notify", "lbctl-hook-order")
+KEEPALIVED_SCRIPTS = (CHECK_SCRIPT, NOTIFY_SCRIPT, HOOK_ORDER)
 # A failover pair's sync daemon re-sends each connection every 10 incoming
 # packets instead of 50: in the lab, with the default, a burst of new
 # connections left a fifth of them unknown to the backup at failover.
@@ -70,19 +70,6 @@ def role_of(cluster, node):
     return "balancer" if node in cluster.balancers else "worker"
 
 
-def sysctl_path(cluster):
-    return f"/etc/sysctl.d/90-lbctl-{cluster.name}.conf"
-
-
-def unit_name(cluster, purpose):
-    """lbctl's units: "vips" on a worker, "balancer" or "keepalived" on a balancer."""
-    return systemd_unit_name(cluster.name, purpose)
-
-
-def saved_config_path(cluster):
-    return saved_copy(cluster.name)
-
-
 # First line of a balancer's saved copy.  The copy is the cluster file itself,
 # so its format is the file's; the number is there for a later lbctl that
 # saves more than the file to tell old copies from new.
@@ -106,10 +93,12 @@ class BootApply:
     python: str
 
 
-def _enable(state, unit, text):
-    path = f"/etc/systemd/system/{unit}"
-    state.files[path] = FileSpec(text)
-    state.links[f"/etc/systemd/system/multi-user.target.wants/{unit}"] = path
+def _enable(state, purpose, text):
+    """lbctl's units: "vips" on a worker; "balancer", or "keepalived" (with
+    "bird" in mode ecmp), and "exporter" on a balancer."""
+    layout = Layout(state.cluster)
+    state.files[layout.unit_file(purpose)] = FileSpec(text)
+    state.links[layout.unit_wanted(purpose)] = layout.unit_file(purpose)
 
 
 def leaving_real_servers(cluster, ipvs_services):
@@ -134,12 +123,12 @@ def _saved_copy(state, cluster, boot):
     drain, undrain, status and the exporter read names and weights from it."""
     if boot is None:
         return
-    state.files[saved_config_path(cluster)] = FileSpec(SAVED_COPY_HEADER + boot.config_text)
+    state.files[Layout(cluster.name).saved_copy] = FileSpec(SAVED_COPY_HEADER + boot.config_text)
     if cluster.exporter is not None:
         listen = cluster.exporter
         if listen.startswith("node:"):
             listen = f"{cluster.balancers[state.node].address}:{listen.partition(':')[2]}"
-        _enable(state, unit_name(cluster, "exporter"),
+        _enable(state, "exporter",
                 render_exporter_unit(cluster.name, state.node, boot.python, listen))
 
 
@@ -158,8 +147,8 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     checks and all, until `lbctl undrain`.
     """
     from lbctl.render.keepalived import (
-        ANNOUNCE_SCRIPT, TAKEOVER_SCRIPT, config_digest, render_keepalived_conf,
-        render_keepalived_unit, render_takeover_rules, script_text,
+        config_digest, render_keepalived_conf, render_keepalived_unit, render_takeover_rules,
+        script_text,
     )
 
     state = NodeState("balancer", node, cluster.name)
@@ -193,8 +182,8 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
         state.stray_sync = (interface, cluster.vrrp.router_id)
     # A pair's VIPs come from VRRP; the others' unit puts them back at boot.
     boot_vips = [] if cluster.mode == "failover" else sorted(vips)
-    _enable(state, layout.unit, render_keepalived_unit(layout, state.sysctls, boot_vips,
-                                                       bird=cluster.mode == "ecmp"))
+    _enable(state, "keepalived", render_keepalived_unit(layout, state.sysctls, boot_vips,
+                                                        bird=cluster.mode == "ecmp"))
     programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
                          if svc.health is not None and svc.health.kind == "exec")
     daemon_files = frozenset([layout.conf, *scripts, layout.takeover_rules, layout.bird_conf,
@@ -221,7 +210,7 @@ def _ecmp_files(state, cluster, node, interface, layout):
 
     state.files[layout.bird_conf] = FileSpec(render_bird_conf(cluster, node, interface, layout))
     state.files[layout.announce_map] = FileSpec(render_announce_map(cluster))
-    _enable(state, layout.bird_unit, render_bird_unit(layout))
+    _enable(state, "bird", render_bird_unit(layout))
 
 
 def desired_balancer(cluster, node, interface, boot=None, drained=frozenset()):
@@ -241,8 +230,9 @@ def desired_balancer(cluster, node, interface, boot=None, drained=frozenset()):
         # At boot the balancer applies a saved copy of the file, so a reboot
         # brings back the VIPs and the IPVS table without anyone logging in.
         _saved_copy(state, cluster, boot)
-        _enable(state, unit_name(cluster, "balancer"),
-                render_balancer_unit(cluster.name, node, saved_config_path(cluster), boot.python))
+        _enable(state, "balancer", render_balancer_unit(cluster.name, node,
+                                                        Layout(cluster.name).saved_copy,
+                                                        boot.python))
     return state
 
 
@@ -254,14 +244,15 @@ def desired_worker(cluster, node):
     state.addresses = {Address(vip, "lo") for vip in vips}
     sysctl_text = render_worker_sysctl(cluster.name)
     state.sysctls = parse_sysctl_conf(sysctl_text)
-    state.files[sysctl_path(cluster)] = FileSpec(sysctl_text)
-    _enable(state, unit_name(cluster, "vips"), render_worker_unit(cluster.name, vips, sysctl_path(cluster)))
+    sysctl_conf = Layout(cluster.name).sysctl_conf
+    state.files[sysctl_conf] = FileSpec(sysctl_text)
+    _enable(state, "vips", render_worker_unit(cluster.name, vips, sysctl_conf))
     return state
 
 
 def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None, force=False,
                   drained=frozenset()):
-    """`layout` (a KeepalivedLayout) is needed on balancers of keepalived clusters,
+    """`layout` (a Layout) is needed on balancers of keepalived clusters,
     and `leaving` (leaving_real_servers()) there tells which real servers drain.
     `drained`: DestKeys `lbctl drain` took out (drains.drained_dests())."""
     if role_of(cluster, node) == "worker":

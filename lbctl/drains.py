@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
+from lbctl.layout import Layout
 
-DRAIN_DIR = "/var/lib/lbctl/drained"
 # The record's layout; a newer one is refused rather than misread.
 DRAIN_FORMAT = 1
 
@@ -20,10 +20,6 @@ DRAIN_FORMAT = 1
 class NewerDrainRecord(NodeError):
     """A record this lbctl cannot read because a later one wrote it: unlike a
     damaged one, it is whole, and apply must not act as if it were empty."""
-
-
-def drain_path(cluster_name):
-    return f"{DRAIN_DIR}/{cluster_name}.json"
 
 
 @dataclass(frozen=True)
@@ -44,7 +40,7 @@ class Drain:
 def read_drains(files, cluster_name):
     """{worker: Drain}.  A damaged record is an error: read as empty, it would
     quietly put every drained worker back into rotation."""
-    path = drain_path(cluster_name)
+    path = Layout(cluster_name).drain_record
     found = files.read(path)
     if found is None:
         return {}
@@ -70,7 +66,7 @@ def read_drains(files, cluster_name):
 
 
 def write_drains(files, cluster_name, drains):
-    path = drain_path(cluster_name)
+    path = Layout(cluster_name).drain_record
     if not drains:
         files.remove(path)
         return

@@ -13,7 +13,7 @@ from lbctl.adapters.protocols import IpvsOp
 from lbctl.errors import ApplyError
 from lbctl.ownership import write_ownership
 from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, KEEPALIVED, REMOVE
-from lbctl.render.keepalived import loaded_record_path
+from lbctl.layout import Layout
 from lbctl.state import DestSpec
 
 IPVS_KINDS = ("service", "real server")
@@ -140,7 +140,7 @@ def _test_daemon_config(plan, adapters):
 
 
 def _run_daemon(adapters, changes, report, cluster_name):
-    record = loaded_record_path(cluster_name)
+    record = Layout(cluster_name).keepalived_loaded
     for change in changes:
         action = {ADD: adapters.keepalived.start, CHANGE: adapters.keepalived.reload,
                   REMOVE: adapters.keepalived.stop}[change.action]
@@ -160,7 +160,7 @@ def _run_daemon(adapters, changes, report, cluster_name):
 
 def note_loaded(files, cluster_name, daemon):
     """keepalived runs the files `daemon` (the wanted DaemonSpec) describes."""
-    files.write(loaded_record_path(cluster_name), f"{daemon.digest}\n", 0o644)
+    files.write(Layout(cluster_name).keepalived_loaded, f"{daemon.digest}\n", 0o644)
 
 
 def _ipvs_op(change):

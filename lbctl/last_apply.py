@@ -5,12 +5,9 @@ a second apply of the same file still changes nothing the node keeps.
 """
 
 import json
-import os
 import time
 
-
-def _path(root, cluster_name):
-    return os.path.join(root, "run/lbctl", cluster_name, "last-apply.json")
+from lbctl.layout import Layout
 
 
 def record_last_apply(root, cluster_name, ok, error=None, now=None):
@@ -19,8 +16,7 @@ def record_last_apply(root, cluster_name, ok, error=None, now=None):
 
     entry = {"time": time.time() if now is None else now, "ok": ok, "error": error}
     try:
-        FilesRoot(root).write(f"/run/lbctl/{cluster_name}/last-apply.json",
-                              json.dumps(entry) + "\n", 0o644)
+        FilesRoot(root).write(Layout(cluster_name).last_apply, json.dumps(entry) + "\n", 0o644)
     except OSError:
         pass
 
@@ -28,7 +24,8 @@ def record_last_apply(root, cluster_name, ok, error=None, now=None):
 def read_last_apply(root, cluster_name):
     """{"time", "ok", "error"}, or None if no apply ran since boot."""
     try:
-        with open(_path(root, cluster_name), encoding="utf-8") as fh:
+        layout = Layout(cluster_name, root)
+        with open(layout.real(layout.last_apply), encoding="utf-8") as fh:
             entry = json.load(fh)
         return entry if isinstance(entry, dict) and {"time", "ok"} <= set(entry) else None
     except (OSError, ValueError):

@@ -12,10 +12,7 @@ import time
 from contextlib import contextmanager
 
 from lbctl.errors import NodeError
-
-
-def lock_path(cluster_name):
-    return f"/run/lbctl/{cluster_name}.lock"
+from lbctl.layout import Layout
 
 
 @contextmanager
@@ -27,8 +24,9 @@ def node_locked(root, cluster_name, timeout=300.0, poll=0.2, holder=None):
 
     from lbctl.adapters.files import ensure_dir
 
-    path = os.path.join(root, lock_path(cluster_name).lstrip("/"))
-    ensure_dir(root, os.path.dirname(lock_path(cluster_name)))
+    layout = Layout(cluster_name, root)
+    path = layout.real(layout.lock)
+    ensure_dir(root, os.path.dirname(layout.lock))
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + timeout
@@ -40,7 +38,7 @@ def node_locked(root, cluster_name, timeout=300.0, poll=0.2, holder=None):
                 if time.monotonic() >= deadline:
                     raise NodeError(f"another lbctl ({_holder_of(fd)}) has been changing "
                                     f"cluster {cluster_name} on this node for over "
-                                    f"{timeout:.0f}s; it holds {lock_path(cluster_name)}") from None
+                                    f"{timeout:.0f}s; it holds {layout.lock}") from None
                 time.sleep(poll)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {holder or _this_command()}\n".encode(), 0)
@@ -64,10 +62,3 @@ def _holder_of(fd):
     shown = "".join(c if c.isprintable() else "?" for c in command)
     return f"pid {pid}, {shown}"
 
-
-def remove_lock(root, cluster_name):
-    """After apply --remove: the lock goes with the cluster's other files."""
-    try:
-        os.unlink(os.path.join(root, lock_path(cluster_name).lstrip("/")))
-    except FileNotFoundError:
-        pass

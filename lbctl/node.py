@@ -75,11 +75,11 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
             check_real_servers_reachable(cluster, address_list, ifname)
         from lbctl.adapters.ipvs import IpvsNetlink
         from lbctl.adapters.keepalived import KeepalivedProcess
-        from lbctl.render.keepalived import KeepalivedLayout
+        from lbctl.layout import Layout
 
         ipvs = IpvsNetlink()
         # Also for the netlink engine: a balancer leaving keepalived stops it.
-        layout = KeepalivedLayout(cluster.name, root)
+        layout = Layout(cluster.name, root)
         keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.mode == "failover",
                                        bird=not remove and cluster.mode == "ecmp")
     boot = _boot_apply(cluster, root) if is_balancer else None

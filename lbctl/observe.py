@@ -7,7 +7,7 @@ created before.
 
 from lbctl.config.model import DestKey
 from lbctl.errors import NodeError
-from lbctl.render.keepalived import loaded_record_path
+from lbctl.layout import Layout
 from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
 
 
@@ -64,6 +64,6 @@ def observe(desired, owned, adapters, address_list, ipvs_table=None):
         if target is not None:
             state.links[path] = target
     if adapters.keepalived is not None and adapters.keepalived.running():
-        loaded = adapters.files.read(loaded_record_path(desired.cluster))
+        loaded = adapters.files.read(Layout(desired.cluster).keepalived_loaded)
         state.daemon = DaemonSpec("keepalived", "", digest=loaded[0].strip() if loaded else "")
     return state

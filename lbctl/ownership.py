@@ -8,6 +8,7 @@ from ipaddress import IPv4Address
 
 from lbctl.config.model import IPVS_TIMEOUTS, ServiceKey
 from lbctl.errors import NodeError
+from lbctl.layout import Layout
 from lbctl.state import Address, Ownership
 
 # The record's layout.  A later lbctl that changes it raises this and reads
@@ -42,12 +43,12 @@ def owned_paths_pattern(cluster_name):
     """The paths lbctl writes for a cluster (desired.py, saved.py, the keepalived
     layout).  A record naming anything else was not written by lbctl, and root
     must not unlink it on the record's word."""
-    c = re.escape(cluster_name)
+    layout = Layout(cluster_name)
+    units = re.escape(layout.unit_file("PURPOSE")).replace("PURPOSE", "[a-z]+")
+    wanted = re.escape(layout.unit_wanted("PURPOSE")).replace("PURPOSE", "[a-z]+")
     return re.compile("|".join([
-        rf"/etc/sysctl\.d/90-lbctl-{c}\.conf",
-        rf"/etc/systemd/system/(?:multi-user\.target\.wants/)?lbctl-{c}-[a-z]+\.service",
-        rf"/etc/lbctl/{c}\.yaml",
-        rf"/etc/lbctl/{c}/[A-Za-z0-9][A-Za-z0-9_.-]*",
+        re.escape(layout.sysctl_conf), units, wanted, re.escape(layout.saved_copy),
+        rf"{re.escape(layout.etc_dir)}/[A-Za-z0-9][A-Za-z0-9_.-]*",
     ]))
 
 

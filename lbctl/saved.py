@@ -8,21 +8,18 @@ carry out edits of the file that were not applied yet.
 import os
 
 from lbctl.errors import NodeError
-
-
-def saved_copy(cluster_name):
-    return f"/etc/lbctl/{cluster_name}.yaml"
+from lbctl.layout import OWNERSHIP_DIR, Layout
 
 
 def _real(root, name):
-    return os.path.join(root, saved_copy(name).lstrip("/"))
+    layout = Layout(name, root)
+    return layout.real(layout.saved_copy)
 
 
 def saved_clusters(root, strict=True):
     """The clusters applied here that have a saved copy, loaded from it.
     `strict` False (status, the exporter): a copy that no longer loads is
     left out rather than stopping a report on the rest."""
-    from lbctl.adapters.protocols import OWNERSHIP_DIR
     from lbctl.config import load_cluster
     from lbctl.errors import LbctlError
     from lbctl.ownership import applied_here
@@ -48,7 +45,7 @@ def applied_cluster(root, name=None, worker=None):
 
     if name is not None:
         if not os.path.exists(real(name)):
-            raise NodeError(f"cluster {name} has no saved copy here ({saved_copy(name)}): "
+            raise NodeError(f"cluster {name} has no saved copy here ({Layout(name).saved_copy}): "
                             "this is not one of its balancers, or it was applied by an lbctl "
                             "before 0.2; `lbctl apply` it here first")
         return load_cluster(real(name)), real(name)

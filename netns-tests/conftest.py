@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from clusters import BASE, TOPOLOGY, WEB_VIP, write_cluster  # noqa: E402
 from lbctl.config import load_cluster  # noqa: E402
 from lbctl.lab.topology import Lab  # noqa: E402
+from lbctl.layout import DRAIN_DIR  # noqa: E402
 
 
 def pytest_sessionstart(session):
@@ -120,7 +121,7 @@ class ClusterLab(Lab):
         path = self.write(name, spec)
         # No worker stays drained from an earlier test (lbctl drain's record).
         for node in self.nodes.values():
-            drained = Path(node.root) / "var/lib/lbctl/drained"
+            drained = Path(node.root, DRAIN_DIR.lstrip("/"))
             for record in drained.glob("*.json") if drained.is_dir() else ():
                 record.unlink()
         # A balancer the file leaves out stops its keepalived, which takes the

@@ -85,6 +85,11 @@ def node_trace(lab, name):
     return trace
 
 
+def ownership_records(lab):
+    """Each applied node's ownership record, as text: what lbctl holds there."""
+    return {n: open(lab.path(n, "ownership_record")).read() for n in NODES[:5]}
+
+
 def node_seconds(output):
     """How long each node took, from the blocks' headers: pi1=4.2s,..."""
     return ",".join(f"{n}={t}s" for n, t in re.findall(r"^== (\S+) \(.*\) ([\d.]+)s", output, re.M))
@@ -172,7 +177,7 @@ def test_an_unreachable_node_is_shown_and_stops_apply_there(lab, fleet, pair_fil
 def test_a_bad_file_is_rejected_before_any_node_is_contacted(lab, fleet, pair_file):
     bad = lab.files / "fleet-bad.yaml"
     bad.write_text(pair_file.read_text().replace("priority: 100", "priority: 100\n    prio: 1"))
-    records = {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read() for n in NODES[:5]}
+    records = ownership_records(lab)
     fleet.stop_all()  # a contact attempt would now fail with "unreachable"
     try:
         for command in ("apply", "plan", "status"):
@@ -184,14 +189,13 @@ def test_a_bad_file_is_rejected_before_any_node_is_contacted(lab, fleet, pair_fi
     finally:
         for name in NODES:
             fleet.start(name)
-    assert records == {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read()
-                       for n in NODES[:5]}
+    assert records == ownership_records(lab)
 
 
 def test_a_node_with_another_lbctl_is_named_before_any_change(lab, fleet, pair_file):
     fleet.stop("pi2")
     fleet.start("pi2", version="0.1.9")  # not yet upgraded
-    records = {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read() for n in NODES[:5]}
+    records = ownership_records(lab)
     tables = {n: lab.ipvs_rules(n) for n in ("lb1", "lb2")}
     try:
         edit = lab.write("fleet-pi1-weight-3", as_root(pair_edited(
@@ -204,8 +208,7 @@ def test_a_node_with_another_lbctl_is_named_before_any_change(lab, fleet, pair_f
         assert f"stopped before any change: pi2 must run lbctl {__version__} first" \
             in applied.stdout
         # Nothing changed anywhere: not on the nodes before pi2 in the rollout either.
-        assert records == {n: open(f"{lab.nodes[n].root}/var/lib/lbctl/lab.json").read()
-                           for n in NODES[:5]}
+        assert records == ownership_records(lab)
         assert tables == {n: lab.ipvs_rules(n) for n in ("lb1", "lb2")}
     finally:
         fleet.stop("pi2")

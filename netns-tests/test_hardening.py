@@ -9,6 +9,7 @@ import stat
 import threading
 from pathlib import Path
 
+from lbctl.layout import ETC_DIR, RUN_DIR
 from test_keepalived import ALL_WEB, ipvs_web_serving, pair  # noqa: F401
 
 
@@ -16,8 +17,8 @@ def test_two_applies_under_umask_077_both_finish_and_their_checks_pass(lab, pair
     root = Path(lab.nodes["lb1"].root)
     # lb1 from scratch: keepalived stopped, lbctl's folders gone.
     lab.kill_keepalived("lb1", signal.SIGTERM)
-    for folder in ("run/lbctl", "etc/lbctl"):
-        shutil.rmtree(root / folder)
+    for folder in (RUN_DIR, ETC_DIR):
+        shutil.rmtree(root / folder.lstrip("/"))
     argv = ["sh", "-c", 'umask 077 && exec "$@"', "sh",
             *lab.lbctl_argv("apply", str(pair), node="lb1")]
     results = [None, None]
@@ -31,9 +32,9 @@ def test_two_applies_under_umask_077_both_finish_and_their_checks_pass(lab, pair
         t.join()
     for done in results:
         assert done.returncode == 0, done.stdout + done.stderr
-    for folder in ("etc/lbctl", "etc/lbctl/lab", "run/lbctl", "run/lbctl/lab",
-                   "run/lbctl/lab/state"):
-        assert stat.S_IMODE((root / folder).stat().st_mode) == 0o755, folder
+    layout = lab.layout("lb1")
+    for folder in (ETC_DIR, layout.etc_dir, RUN_DIR, layout.run_dir, layout.state_dir):
+        assert stat.S_IMODE(os.stat(layout.real(folder)).st_mode) == 0o755, folder
     # The damped web checks run as keepalived's script user, in those folders.
     lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ALL_WEB, timeout=60,
                  what="every web worker checked and serving on lb1")
@@ -43,7 +44,7 @@ def test_two_applies_under_umask_077_both_finish_and_their_checks_pass(lab, pair
 
 
 def test_traps_in_the_state_folder_neither_hang_nor_crash_status_or_apply(lab, pair):
-    state = Path(lab.nodes["lb1"].root, "run/lbctl/lab/state")
+    state = Path(lab.path("lb1", "state_dir"))
     # The names lbctl's own hooks use: a FIFO blocks an open for reading, and
     # /dev/zero never ends.  The script user owns this folder and can do this.
     (state / "health.web@pi1").unlink(missing_ok=True)

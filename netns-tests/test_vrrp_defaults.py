@@ -64,7 +64,7 @@ def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
     lab.wait_for_roles()
     lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ipvs_web_serving(lab, "lb2") == ALL_WEB,
                  what="every web worker in both tables")
-    assert "nopreempt" in open(f"{lab.nodes['lb1'].root}/etc/lbctl/lab/keepalived.conf").read()
+    assert "nopreempt" in open(lab.path("lb1", "conf")).read()
 
     before = IdleClients(lab, 6)  # through lb1, learned by lb2's sync daemon
     # The sync daemon sends in batches, up to two seconds apart.

@@ -44,11 +44,12 @@ def keepalived_findings(tmp_path, text):
     """What keepalived's own config test says of the keepalived.conf lbctl
     renders for `text`: (conf, findings), through the real adapter."""
     from lbctl.render.keepalived import (
-        SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
+        SCRIPT_USER, render_keepalived_conf, script_text,
     )
+    from lbctl.layout import Layout
 
     cluster = cluster_from(text)
-    layout = KeepalivedLayout(cluster.name, str(tmp_path))
+    layout = Layout(cluster.name, str(tmp_path))
     conf = render_keepalived_conf(cluster, "lb1", "eth0", layout)
     # lbctl's script user may not exist on this host, and keepalived drops
     # every MISC_CHECK unread without one: run them as nobody, with the scripts
@@ -65,7 +66,8 @@ def keepalived_findings(tmp_path, text):
 def install_hook(folder, name):
     """A keepalived hook of lbctl's in `folder`, with the helpers it sources
     from beside it, as apply installs them; its path."""
-    from lbctl.render.keepalived import HOOK_ORDER, script_text
+    from lbctl.layout import HOOK_ORDER
+    from lbctl.render.keepalived import script_text
 
     for each in (HOOK_ORDER, name):
         script = folder / each
@@ -77,6 +79,6 @@ def install_hook(folder, name):
 def keepalived_test(tmp_path, conf, cluster_name="pi-web"):
     """keepalived's findings on a conf edited after keepalived_findings()."""
     from lbctl.adapters.keepalived import KeepalivedProcess
-    from lbctl.render.keepalived import KeepalivedLayout
+    from lbctl.layout import Layout
 
-    return KeepalivedProcess(KeepalivedLayout(cluster_name, str(tmp_path))).test(conf)
+    return KeepalivedProcess(Layout(cluster_name, str(tmp_path))).test(conf)

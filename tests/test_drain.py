@@ -8,7 +8,7 @@ from lbctl.config.model import DestKey, ServiceKey
 from lbctl.desired import desired_state, leaving_real_servers
 from lbctl.health import Reported, ipvs_drift
 from lbctl.plan import DRAIN, DRAINING, KEEPALIVED, REMOVE, make_plan
-from lbctl.render.keepalived import KeepalivedLayout
+from lbctl.layout import Layout
 from lbctl.state import DaemonSpec, DestSpec, NodeState, Ownership, ServiceSpec
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
@@ -38,7 +38,7 @@ def keepalived_plan(ipvs, force=False, running=True):
     reload) or not yet (a start, over the table the kernel holds)."""
     cluster = cluster_from(PAIR_SMALLER)
     leaving = leaving_real_servers(cluster, ipvs)
-    desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name),
+    desired = desired_state(cluster, "lb1", "eth0", layout=Layout(cluster.name),
                             leaving=leaving, force=force)
     observed = NodeState("balancer", "lb1", "pi-web")
     observed.daemon = DaemonSpec("keepalived", "") if running else None

@@ -10,13 +10,11 @@ from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.protocols import IpvsDest, IpvsService
 from lbctl.config.model import DestKey, ServiceKey
 from lbctl.desired import SAVED_COPY_HEADER, BootApply, desired_state
-from lbctl.drains import (
-    drain_path, drained_dests, read_drains, with_drain, without_drain, write_drains,
-)
+from lbctl.drains import drained_dests, read_drains, with_drain, without_drain, write_drains
 from lbctl.errors import NodeError
 from lbctl.health import Reported, ipvs_drift
 from lbctl.plan import make_plan
-from lbctl.render.keepalived import KeepalivedLayout
+from lbctl.layout import Layout
 from lbctl.state import DestSpec, NodeState, Ownership
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
@@ -56,7 +54,7 @@ def test_the_record_round_trips_and_a_damaged_one_is_refused(tmp_path):
     drains = with_drain(with_drain({}, "pi2", None, 100.0), "pi3", "web", 150.0)
     write_drains(files, "pi-web", drains)
     assert read_drains(files, "pi-web") == drains
-    path = tmp_path / drain_path("pi-web").lstrip("/")
+    path = tmp_path / Layout("pi-web").drain_record.lstrip("/")
     assert json.loads(path.read_text())["format"] == 1
     path.write_text("{not json")
     with pytest.raises(NodeError, match="damaged.*delete it to undrain every worker"):
@@ -85,7 +83,7 @@ def test_a_drained_worker_is_at_weight_0_on_the_netlink_engine_and_apply_keeps_i
 def test_keepalived_config_gives_a_drained_worker_weight_0_and_keeps_its_checks():
     cluster = cluster_from(PAIR)
     drained = set(drained_dests(cluster, with_drain({}, "pi2", "web", 1.0)))
-    desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout("pi-web"),
+    desired = desired_state(cluster, "lb1", "eth0", layout=Layout("pi-web"),
                             drained=drained, boot=BootApply(PAIR, "/usr/bin/python3"))
     conf = desired.files["/etc/lbctl/pi-web/keepalived.conf"].content
     pi2 = conf.split("real_server 192.168.100.4 80 {")[1].split("real_server")[0]

@@ -21,7 +21,7 @@ from lbctl.bgp import bgp_report, format_bgp
 from lbctl.config.model import Bfd, Bgp
 from lbctl.desired import desired_state
 from lbctl.render.bird import render_announce_map, render_bird_conf
-from lbctl.render.keepalived import KeepalivedLayout
+from lbctl.layout import Layout
 from lbctl.render.systemd import exec_start_lines
 
 BIRD = shutil.which("bird") or "/usr/sbin/bird"
@@ -69,7 +69,7 @@ def test_the_other_modes_are_told_by_the_balancers(tmp_path):
 
 
 def layout_in(tmp_path, cluster):
-    layout = KeepalivedLayout(cluster.name, str(tmp_path / "root"))
+    layout = Layout(cluster.name, str(tmp_path / "root"))
     (tmp_path / "root" / layout.announce_dir.lstrip("/")).mkdir(parents=True, exist_ok=True)
     return layout
 
@@ -141,7 +141,7 @@ def test_a_worker_behind_ecmp_balancers_is_configured_as_any_other(tmp_path):
 
 def balancer_state(tmp_path, node="lb1", text=ECMP):
     cluster = load(tmp_path, text)
-    layout = KeepalivedLayout(cluster.name, str(tmp_path / "root"))
+    layout = Layout(cluster.name, str(tmp_path / "root"))
     return cluster, layout, desired_state(cluster, node, "eth0", layout=layout)
 
 

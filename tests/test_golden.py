@@ -13,7 +13,7 @@ import pytest
 from lbctl.config import load_cluster
 from lbctl.desired import KEEPALIVED_SCRIPTS, BootApply, desired_state
 from lbctl.plan import format_plan, make_plan
-from lbctl.render.keepalived import KeepalivedLayout
+from lbctl.layout import Layout
 from lbctl.state import NodeState, Ownership
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -25,7 +25,7 @@ def render_fresh_plans(path):
     for node in list(cluster.balancers) + list(cluster.workers):
         boot = BootApply(Path(path).read_text(), "/opt/lbctl/bin/python")
         desired = desired_state(cluster, node, "eth0", boot=boot,
-                                layout=KeepalivedLayout(cluster.name))
+                                layout=Layout(cluster.name))
         empty = NodeState(desired.role, node, cluster.name)
         plan = make_plan(desired, empty, Ownership())
         parts.append(format_plan(plan))

@@ -15,8 +15,9 @@ from lbctl.config.model import ServiceKey
 from lbctl.errors import ConfigError
 from lbctl.health import Reported, ipvs_drift, wait_for_ipvs
 from lbctl.render.keepalived import (
-    KeepalivedLayout, render_keepalived_conf, script_text,
+    render_keepalived_conf, script_text,
 )
+from lbctl.layout import Layout
 
 
 def with_health(web=None, dns=None):
@@ -30,7 +31,7 @@ def with_health(web=None, dns=None):
 
 def render(text):
     cluster = cluster_from(text)
-    return render_keepalived_conf(cluster, "lb1", "eth0", KeepalivedLayout(cluster.name))
+    return render_keepalived_conf(cluster, "lb1", "eth0", Layout(cluster.name))
 
 
 def server_block(conf, address, port):

@@ -22,8 +22,9 @@ from lbctl.ownership import read_ownership
 from lbctl.plan import format_plan, make_plan
 from lbctl.render.systemd import exec_start_lines
 from lbctl.render.keepalived import (
-    SCRIPT_USER, KeepalivedLayout, render_keepalived_conf, script_text,
+    SCRIPT_USER, render_keepalived_conf, script_text,
 )
+from lbctl.layout import Layout
 
 PAIR = PI_SINGLE.replace(
     "  lb1: {address: 192.168.100.2, interface: eth0}\n",
@@ -54,7 +55,7 @@ def test_health_defaults_survive_one_slow_reply():
 
 def render(text, node="lb1", root="/"):
     cluster = cluster_from(text)
-    return render_keepalived_conf(cluster, node, "eth0", KeepalivedLayout(cluster.name, root))
+    return render_keepalived_conf(cluster, node, "eth0", Layout(cluster.name, root))
 
 
 def test_a_returning_master_waits_for_its_checks_within_keepalived_limit(tmp_path):
@@ -91,7 +92,7 @@ def test_the_pair_renders_unicast_vrrp_sync_and_each_others_peer():
     single = render(HEALTHY)
     assert "vrrp_instance" not in single and "lvs_sync_daemon" not in single
     cluster = cluster_from(HEALTHY)
-    state = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name))
+    state = desired_state(cluster, "lb1", "eth0", layout=Layout(cluster.name))
     assert {str(a) for a in state.addresses} == {"192.168.100.10/32 dev eth0",
                                                  "192.168.100.11/32 dev eth0"}
     assert not any(isinstance(e, type(next(iter(state.addresses)))) for e in state.external)
@@ -124,7 +125,7 @@ class Balancer:
         """What apply works from: the desired and observed states, and the plan."""
         cluster = cluster_from(text)
         leaving = leaving_real_servers(cluster, self.adapters.ipvs.dump())
-        desired = desired_state(cluster, "lb1", "eth0", layout=KeepalivedLayout(cluster.name),
+        desired = desired_state(cluster, "lb1", "eth0", layout=Layout(cluster.name),
                                 leaving=leaving)
         owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
         observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
@@ -171,7 +172,7 @@ def test_a_config_keepalived_rejects_changes_nothing():
 
 def without_keepalived(root):
     """This cluster's keepalived on a node where the package is not installed."""
-    return KeepalivedProcess(KeepalivedLayout("pi-web", str(root)), use_systemd=False,
+    return KeepalivedProcess(Layout("pi-web", str(root)), use_systemd=False,
                              binary=str(root / "usr/sbin/keepalived"))
 
 
@@ -290,7 +291,7 @@ def test_before_keepalived_starts_the_kernel_gets_back_the_timeouts_lbctl_found(
 
 def units_of(text, node="lb1"):
     cluster = cluster_from(text)
-    state = desired_state(cluster, node, "eth0", layout=KeepalivedLayout(cluster.name),
+    state = desired_state(cluster, node, "eth0", layout=Layout(cluster.name),
                           boot=BootApply(text, "/usr/bin/python3"))
     return {path: spec.content for path, spec in state.files.items()
             if path.endswith(".service")}
@@ -518,7 +519,7 @@ def test_a_keepalived_too_old_to_reweight_on_reload_is_refused_before_anything_c
     binary = tmp_path / "keepalived"
     binary.write_text("#!/bin/sh\necho 'Keepalived v2.1.5 (07/13,2020)' >&2\n")
     binary.chmod(0o755)
-    keepalived = KeepalivedProcess(KeepalivedLayout("pi-web", str(tmp_path / "root")),
+    keepalived = KeepalivedProcess(Layout("pi-web", str(tmp_path / "root")),
                                    use_systemd=False, binary=str(binary))
     with pytest.raises(ApplyError, match=r"version 2\.1\.5 is too old: lbctl needs 2\.2\.2"):
         keepalived.prepare()
@@ -543,7 +544,7 @@ def test_a_pair_drops_rather_than_resets_unsynced_packets_for_a_moment_after_a_t
     assert "lbctl-takeover" not in render(HEALTHY)  # one balancer: no peer, no takeover
 
     cluster = cluster_from(PAIR)  # web on TCP, dns on UDP
-    layout = KeepalivedLayout(cluster.name)
+    layout = Layout(cluster.name)
     rules = render_takeover_rules(cluster, layout)
     assert "table ip lbctl-pi-web {" in rules
     # After IPVS's input hook (priority 99): only packets IPVS did not take.
@@ -585,7 +586,7 @@ def test_a_pair_balancer_without_nft_is_refused_before_anything_changes(tmp_path
     binary = tmp_path / "keepalived"
     binary.write_text("#!/bin/sh\necho 'Keepalived v2.2.7 (01/16,2022)' >&2\n")
     binary.chmod(0o755)
-    keepalived = KeepalivedProcess(KeepalivedLayout("pi-web", str(tmp_path / "root")),
+    keepalived = KeepalivedProcess(Layout("pi-web", str(tmp_path / "root")),
                                    use_systemd=False, binary=str(binary), takeover=True,
                                    nft=str(tmp_path / "nft"))
     with pytest.raises(ApplyError, match=r"run nft: it is not installed .*`apt install "
@@ -714,7 +715,7 @@ def test_running_asks_systemd_and_reads_the_pid_file_when_systemd_cannot_answer(
 
     import lbctl.adapters.keepalived as adapter
 
-    layout = KeepalivedLayout("pi-web", str(tmp_path))
+    layout = Layout("pi-web", str(tmp_path))
     conf = layout.real(layout.conf)
     pid_file = layout.real(layout.pid_file())
     os.makedirs(os.path.dirname(pid_file), exist_ok=True)

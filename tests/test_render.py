@@ -9,7 +9,7 @@ import pytest
 
 from helpers import cluster_from
 from lbctl.desired import BootApply, desired_state
-from lbctl.render.keepalived import KeepalivedLayout
+from lbctl.layout import Layout
 from lbctl.render.sysctl import render_worker_sysctl
 from lbctl.render.systemd import render_worker_unit
 from lbctl.render.templates import RenderError
@@ -20,7 +20,7 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 def rendered_files(text):
     """Every file each node of the cluster would get, by node."""
     cluster = cluster_from(text)
-    layout = KeepalivedLayout(cluster.name) if cluster.engine == "keepalived" else None
+    layout = Layout(cluster.name) if cluster.engine == "keepalived" else None
     nodes = [*cluster.balancers, *cluster.workers]
     return {node: desired_state(cluster, node, "eth0", layout=layout,
                                 boot=BootApply(text, "/usr/bin/python3")).files

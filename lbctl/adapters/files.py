@@ -10,13 +10,8 @@ import stat
 import tempfile
 
 from lbctl.errors import ApplyError
+from lbctl.layout import OWN_FOLDERS
 from lbctl.trust import first_unsafe, others_can_change
-
-
-# lbctl's own folders.  An older lbctl made them through the umask, so under
-# umask 077 they are 0700, and keepalived's script user cannot reach the check
-# scripts and state in them: they are put back to 0755.
-_OWN_FOLDERS = ("/etc/lbctl", "/run/lbctl", "/var/lib/lbctl")
 
 
 def ensure_dir(root, path):
@@ -44,7 +39,10 @@ def ensure_dir(root, path):
                 raise ApplyError("write under", current,
                                  f"it leads to {os.path.realpath(current)}, and {unsafe[0]} "
                                  "can be changed by a user other than root")
-        if inside.startswith(_OWN_FOLDERS) and info.st_uid in (0, me) \
+        # lbctl's own folders.  An older lbctl made them through the umask, so
+        # under umask 077 they are 0700, and keepalived's script user cannot
+        # reach the check scripts and state in them: they are put back to 0755.
+        if inside.startswith(OWN_FOLDERS) and info.st_uid in (0, me) \
                 and stat.S_IMODE(info.st_mode) & 0o755 != 0o755:
             os.chmod(current, stat.S_IMODE(info.st_mode) | 0o755)
             info = os.stat(current)
@@ -118,20 +116,16 @@ def remove_runtime_dirs(root, cluster_name):
     and health state) and lbctl's own folders once nothing else is in them."""
     import shutil
 
-    from lbctl.adapters.protocols import OWNERSHIP_DIR
-    from lbctl.drains import DRAIN_DIR, drain_path
-    from lbctl.lock import remove_lock
-    from lbctl.render.keepalived import KeepalivedLayout, loaded_record_path
+    from lbctl.layout import DRAIN_DIR, ETC_DIR, OWNERSHIP_DIR, RUN_DIR, Layout
 
-    layout = KeepalivedLayout(cluster_name, root)
+    layout = Layout(cluster_name, root)
     shutil.rmtree(layout.real(layout.run_dir), ignore_errors=True)
+    files = FilesRoot(root)
     # The drain record goes with the cluster: its workers are not lbctl's here any more.
-    FilesRoot(root).remove(drain_path(cluster_name))
-    FilesRoot(root).remove(layout.balancer_drained)
-    FilesRoot(root).remove(loaded_record_path(cluster_name))
-    remove_lock(root, cluster_name)
-    for folder in (os.path.dirname(layout.run_dir), layout.etc_dir,
-                   os.path.dirname(layout.etc_dir), DRAIN_DIR, OWNERSHIP_DIR):
+    for path in (layout.drain_record, layout.balancer_drained, layout.keepalived_loaded,
+                 layout.lock):
+        files.remove(path)
+    for folder in (RUN_DIR, layout.etc_dir, ETC_DIR, DRAIN_DIR, OWNERSHIP_DIR):
         try:
             os.rmdir(layout.real(folder))
         except OSError:

@@ -263,7 +263,7 @@ class KeepalivedProcess:
         return run_dir
 
     def _log(self, name="keepalived"):
-        return self.layout.real(f"{self.layout.run_dir}/{name}.log")
+        return self.layout.real(self.layout.log_file(name))
 
     def _log_tail(self, name="keepalived", lines=5):
         try:

@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-OWNERSHIP_DIR = "/var/lib/lbctl"  # lbctl's ownership records, one per cluster
+from lbctl.layout import OWNERSHIP_DIR
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ def run(args, out):
     from lbctl.adapters.keepalived import sync_offers
     from lbctl.desired import find_node
     from lbctl.lock import node_locked
-    from lbctl.render.keepalived import KeepalivedLayout
+    from lbctl.layout import Layout
     from lbctl.saved import applied_cluster
 
     drain = args.command == "drain-balancer"
@@ -42,7 +42,7 @@ def run(args, out):
     node = find_node(cluster, local_ipv4_addresses(), args.balancer)
     if node not in cluster.balancers:
         raise NodeError(f"{args.command} runs on the balancer it names, and {node} is a worker")
-    layout = KeepalivedLayout(cluster.name, args.root)
+    layout = Layout(cluster.name, args.root)
     files = FilesRoot(args.root)
     with node_locked(args.root, cluster.name):
         if drain:

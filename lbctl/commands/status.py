@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import asdict
 
+from lbctl.layout import RUN_DIR, Layout
 from lbctl.state import FWD_DIRECT_ROUTING
 
 FORWARD_NAMES = {0: "masq", 1: "local", 2: "tunnel", FWD_DIRECT_ROUTING: "route"}
@@ -64,7 +65,7 @@ def _reported_on(root, cluster, node):
         from lbctl.desired import role_of
 
         return [{"cluster": cluster.name, "node": node, "role": role_of(cluster, node)}]
-    from lbctl.adapters.protocols import OWNERSHIP_DIR
+    from lbctl.layout import OWNERSHIP_DIR
     from lbctl.ownership import applied_here
 
     return [{"cluster": name, "node": applied_node, "role": None}
@@ -181,12 +182,13 @@ def keepalived_states(root, clusters=None, bgp=False):
 
         clusters = saved_clusters(root, strict=False)
     running = {c.name: c for c in clusters}
-    base = os.path.join(root, "run/lbctl")
+    base = os.path.join(root, RUN_DIR.lstrip("/"))
     found = {}
     for cluster in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         if not os.path.isdir(os.path.join(base, cluster)):
             continue  # a cluster's lock file (lbctl/lock.py)
-        state_dir = os.path.join(base, cluster, "state")
+        layout = Layout(cluster, root)
+        state_dir = layout.real(layout.state_dir)
         reported = read_state_dir(state_dir)
         vrrp = reported.get("vrrp")
         health = [{"service": service, "worker": worker, "state": r.state, "since": r.since}
@@ -206,9 +208,7 @@ def keepalived_states(root, clusters=None, bgp=False):
         }
         if bgp and config is not None and config.mode == "ecmp":
             from lbctl.bgp import bgp_report
-            from lbctl.render.keepalived import KeepalivedLayout
 
-            layout = KeepalivedLayout(cluster, root)
             found[cluster]["bgp"] = bgp_report(layout.real(layout.bird_socket))
             found[cluster]["bgp"]["router"] = str(config.bgp.router)
     return found
@@ -228,9 +228,7 @@ def advertised_addresses(root, cluster):
     """The addresses this balancer's keepalived.conf puts in its VRRP adverts,
     sorted; None without a VRRP instance.  `apply --all` takes the master
     first when they change (remote/fleet.py advert_changes)."""
-    from lbctl.render.keepalived import KeepalivedLayout
-
-    layout = KeepalivedLayout(cluster, root)
+    layout = Layout(cluster, root)
     try:
         with open(layout.real(layout.conf), encoding="utf-8") as fh:
             text = fh.read()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from lbctl.config import load_cluster
 from lbctl.errors import LabError
 from lbctl.lab.shell import run
+from lbctl.layout import Layout
 
 BLOB_BYTES = 1 << 20  # the file the DSR proof downloads
 
@@ -244,14 +245,22 @@ class Lab:
         return json.loads(out)
 
     # -- keepalived on the balancers -------------------------------------------
-    def _run_dir(self, node):
-        return os.path.join(self.nodes[node].root, "run/lbctl", self.cluster.name)
+    def layout(self, node, cluster_name=None):
+        """lbctl's paths on a node, for the lab's cluster (or the one named)."""
+        return Layout(cluster_name or self.cluster.name, self.nodes[node].root)
+
+    def path(self, node, attribute, *args, cluster_name=None):
+        """A path of the node's layout as this machine reaches it:
+        path("lb1", "pid_file", "vrrp"), path("lb1", "drain_record")."""
+        layout = self.layout(node, cluster_name)
+        found = getattr(layout, attribute)
+        return layout.real(found(*args) if callable(found) else found)
 
     def keepalived_pids(self, node):
         pids = []
         for name in ("keepalived", "vrrp", "checkers"):
             try:
-                with open(os.path.join(self._run_dir(node), f"{name}.pid")) as fh:
+                with open(self.path(node, "pid_file", name)) as fh:
                     pid = int(fh.read().strip())
                 os.kill(pid, 0)
                 pids.append(pid)
@@ -273,7 +282,7 @@ class Lab:
     def vrrp_state(self, node):
         """MASTER, BACKUP or FAULT as keepalived's notify hook last recorded it."""
         try:
-            with open(os.path.join(self._run_dir(node), "state", "vrrp")) as fh:
+            with open(self.path(node, "vrrp_state")) as fh:
                 return fh.read().split()[0]
         except (OSError, IndexError):
             return None
@@ -283,7 +292,7 @@ class Lab:
         without the lines of each gratuitous ARP it sends, which would crowd out
         the state changes."""
         try:
-            with open(os.path.join(self._run_dir(node), "keepalived.log")) as fh:
+            with open(self.path(node, "log_file")) as fh:
                 kept = [line for line in fh if "Sending gratuitous ARP on" not in line]
             return "".join(kept[-lines:])
         except OSError as exc:

@@ -1,18 +1,10 @@
-"""keepalived.conf for a balancer, and where lbctl keeps keepalived's files."""
+"""keepalived.conf for a balancer, and the hooks it runs."""
 
-import os
-from dataclasses import dataclass
 
 from lbctl.render.bird import announce_key
-from lbctl.render.systemd import systemd_unit_name
 from lbctl.render.templates import render, template_text
 
 SCRIPT_USER = "lbctl"  # unprivileged user for health checks and notify hooks
-CHECK_SCRIPT = "lbctl-check"
-NOTIFY_SCRIPT = "lbctl-notify"
-TAKEOVER_SCRIPT = "lbctl-takeover"  # root hook of a pair: the takeover grace
-ANNOUNCE_SCRIPT = "lbctl-announce"  # root hook in mode ecmp: the VIPs BIRD offers
-HOOK_ORDER = "lbctl-hook-order"  # sourced by the hooks: the order keepalived ran them in
 
 
 PREEMPT_DELAY_MAX = 1000  # seconds; keepalived drops a longer preempt_delay
@@ -27,106 +19,6 @@ def preempt_delay_seconds(cluster):
     keepalived's limit: past it keepalived drops the value and preempts at
     once."""
     return min(cluster.health_settle_seconds + 1, PREEMPT_DELAY_MAX)
-
-
-@dataclass(frozen=True)
-class KeepalivedLayout:
-    """keepalived's files for one cluster, as paths inside the node's root.
-
-    `real()` gives the path keepalived itself sees, which is what goes into
-    keepalived.conf; in the lab each node has its own root folder.
-    """
-
-    cluster: str
-    root: str = "/"
-
-    @property
-    def etc_dir(self):
-        return f"/etc/lbctl/{self.cluster}"
-
-    @property
-    def conf(self):
-        return f"{self.etc_dir}/keepalived.conf"
-
-    @property
-    def check(self):
-        return f"{self.etc_dir}/{CHECK_SCRIPT}"
-
-    @property
-    def notify(self):
-        return f"{self.etc_dir}/{NOTIFY_SCRIPT}"
-
-    @property
-    def takeover(self):
-        return f"{self.etc_dir}/{TAKEOVER_SCRIPT}"
-
-    @property
-    def takeover_rules(self):
-        return f"{self.etc_dir}/takeover.nft"
-
-    @property
-    def nft_table(self):
-        """The nftables table of the takeover grace (a pair's balancers only)."""
-        return f"lbctl-{self.cluster}"
-
-    @property
-    def announce(self):
-        return f"{self.etc_dir}/{ANNOUNCE_SCRIPT}"
-
-    @property
-    def announce_map(self):
-        """Mode ecmp: each VIP and the services on it."""
-        return f"{self.etc_dir}/announce.map"
-
-    @property
-    def bird_conf(self):
-        return f"{self.etc_dir}/bird.conf"
-
-    @property
-    def bird_socket(self):
-        return f"{self.run_dir}/bird.ctl"
-
-    @property
-    def announce_dir(self):
-        """Root's: a static route per VIP offered now, which bird.conf includes."""
-        return f"{self.run_dir}/announce"
-
-    @property
-    def bird_unit(self):
-        return systemd_unit_name(self.cluster, "bird")
-
-    @property
-    def balancer_drained(self):
-        """Mode ecmp: while this file exists (`lbctl drain-balancer`), the
-        balancer offers the router nothing, across restarts and reboots."""
-        from lbctl.drains import DRAIN_DIR
-
-        return f"{DRAIN_DIR}/{self.cluster}.balancer"
-
-    def announce_argv(self, *args):
-        """lbctl-announce as keepalived and apply run it."""
-        return [self.real(self.announce), self.real(self.announce_dir),
-                self.real(self.bird_socket), self.real(self.announce_map),
-                self.real(self.balancer_drained), *args]
-
-    @property
-    def run_dir(self):
-        return f"/run/lbctl/{self.cluster}"
-
-    @property
-    def state_dir(self):
-        """Written by the notify hooks and checks, as the script user."""
-        return f"{self.run_dir}/state"
-
-    @property
-    def unit(self):
-        return systemd_unit_name(self.cluster, "keepalived")
-
-    def pid_file(self, process="keepalived"):
-        return f"{self.run_dir}/{process}.pid"
-
-    def real(self, path):
-        return os.path.join(self.root, path.lstrip("/"))
 
 
 def render_keepalived_conf(cluster, node, interface, layout, draining=(), drained=()):
@@ -207,18 +99,6 @@ def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):
             "--pid", layout.real(layout.pid_file()),
             "--vrrp_pid", layout.real(layout.pid_file("vrrp")),
             "--checkers_pid", layout.real(layout.pid_file("checkers"))]
-
-
-def loaded_record_path(cluster_name):
-    """Where lbctl notes the digest of the files keepalived last (re)loaded.
-
-    Files are written before keepalived is reloaded; an apply killed between
-    the two, or a reload that failed, leaves files that match the cluster file
-    and a keepalived still running the old ones.  The record tells the next
-    apply so.  It lives with the ownership records, since keepalived's unit
-    loads the same files at boot.
-    """
-    return f"/var/lib/lbctl/{cluster_name}.keepalived-loaded"
 
 
 def config_digest(contents):

@@ -7,10 +7,6 @@ BALANCER_UNIT_TEMPLATE = "lbctl-balancer.service"
 EXPORTER_UNIT_TEMPLATE = "lbctl-exporter.service"
 
 
-def systemd_unit_name(cluster_name, purpose):
-    return f"lbctl-{cluster_name}-{purpose}.service"
-
-
 def render_worker_unit(cluster_name, vips, sysctl_file, ip="/usr/sbin/ip", sysctl="/usr/sbin/sysctl"):
     return render("systemd", WORKER_UNIT_TEMPLATE, cluster=cluster_name, vips=vips,
                   sysctl_file=sysctl_file, ip=ip, sysctl=sysctl)
