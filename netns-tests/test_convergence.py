@@ -4,7 +4,10 @@ import signal
 import subprocess
 import time
 
-from clusters import DNS_VIP, WEB_VIP, edited
+import ipvs_table
+from clusters import BASE, DNS_VIP, WEB_VIP, edited
+from conftest import LOADS
+from lbctl.errors import LabError
 
 
 def _plan_is_clean(lab, path, nodes=("lb1", "pi1", "pi2", "pi3")):
@@ -14,10 +17,11 @@ def _plan_is_clean(lab, path, nodes=("lb1", "pi1", "pi2", "pi3")):
         assert "no changes" in result.stdout
 
 
+WEB_WORKERS = [w["address"] for w in BASE["workers"].values()]
+
+
 def _active_connections(lab, real_server):
-    out = lab.sh("lb1", ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"]).stdout
-    line = next((l for l in out.splitlines() if f"-> {real_server} " in l), None)
-    return int(line.split()[4]) if line else 0
+    return ipvs_table.active(lab, "lb1", WEB_VIP, 80, real_server)
 
 
 def test_a_second_apply_makes_zero_writes(lab, base):
@@ -104,18 +108,34 @@ def test_removing_a_service_removes_its_vip_everywhere(lab, base):
     _plan_is_clean(lab, path)
 
 
+def _web_table(lab):
+    return lab.sh("lb1", ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"]).stdout
+
+
+def _hold_until_one_reaches(lab, real_server, batch=4, rounds=5):
+    """Slow clients holding connections open, a batch at a time, until one of
+    them is on `real_server`: the scheduler's next pick depends on what came
+    before, so no fixed number of connections is sure to reach a given worker."""
+    holders = []
+    for _ in range(rounds):
+        holder = lab.hold_connections(WEB_VIP, 80, count=batch, seconds=300)
+        LOADS.append(holder)  # killed when the test ends, passed or failed
+        holders.append(holder)
+        expected = batch * len(holders)
+        lab.wait_for(lambda: sum(_active_connections(lab, f"{a}:80") for a in WEB_WORKERS)
+                     >= expected or holder.poll() is not None, timeout=30,
+                     what=f"{expected} held connections in lb1's table")
+        assert holder.poll() is None, f"a holder ended early:\n{_web_table(lab)}"
+        if _active_connections(lab, real_server) > 0:
+            return holders
+    raise AssertionError(f"{batch * rounds} held connections, none on {real_server}:\n"
+                         f"{_web_table(lab)}")
+
+
 def test_removing_a_busy_worker_drains_it_then_deletes_it(lab, base):
     path = lab.write("no-pi2", edited(workers=lambda w: {k: v for k, v in w.items() if k != "pi2"},
                                       services=lambda s: {"web": s["web"]}))
-    # Slow clients keep a connection open on every worker.
-    holder = lab.hold_connections(WEB_VIP, 80, count=4, seconds=300)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if _active_connections(lab, "192.168.100.4:80") > 0:
-            break
-        time.sleep(0.3)
-    else:
-        raise AssertionError("no held connection reached pi2")
+    holders = _hold_until_one_reaches(lab, "192.168.100.4:80")
 
     result = lab.lbctl("lb1", "apply", str(path))
     assert result.returncode == 0, result.stderr
@@ -127,13 +147,16 @@ def test_removing_a_busy_worker_drains_it_then_deletes_it(lab, base):
     # No new request goes to the draining worker.
     assert "served by pi2" not in lab.ask_web(8)
 
-    holder.terminate()
-    holder.wait(timeout=30)
-    deadline = time.monotonic() + 60
-    while _active_connections(lab, "192.168.100.4:80") and time.monotonic() < deadline:
-        time.sleep(0.5)
+    for holder in holders:
+        holder.terminate()
+        holder.wait(timeout=30)
+    try:
+        lab.wait_for(lambda: _active_connections(lab, "192.168.100.4:80") == 0, timeout=60,
+                     what="pi2 idle in lb1's table")
+    except LabError as exc:
+        raise AssertionError(f"{exc}:\n{_web_table(lab)}") from None
     assert lab.lbctl("lb1", "apply", str(path)).returncode == 0
-    assert not any("192.168.100.4" in r for r in lab.ipvs_rules())
+    assert not any("192.168.100.4" in r for r in lab.ipvs_rules()), _web_table(lab)
     _plan_is_clean(lab, path, nodes=("lb1",))
 
 
