@@ -5,20 +5,21 @@ import sys
 
 from clusters import DNS_VIP, WEB_VIP, edited, pair_edited
 from conftest import measured as report
+import ipvs_table
 from test_keepalived import _blob_hashes, ipvs_web_dests, ipvs_web_weights, pair  # noqa: F401
 
 PI3 = "192.168.100.6"
 
 
-def _connections(lab, node, service, real_server):
-    """(active, inactive) of a real server in a balancer's table."""
-    out = lab.sh(node, ["ipvsadm", "-Ln", *service]).stdout
-    line = next((l for l in out.splitlines() if f"-> {real_server}:" in l), None)
-    return (int(line.split()[4]), int(line.split()[5])) if line else (0, 0)
+def _connections(lab, node, vip, port, protocol, real_server):
+    """(active, inactive) of a real server ("ADDRESS:PORT") in a balancer's table."""
+    rows = ipvs_table.service(ipvs_table.on(lab, node), vip, port, protocol) or {}
+    row = rows.get(real_server)
+    return (row.active, row.inactive) if row else (0, 0)
 
 
 def _web_active(lab, real_server, node="lb1"):
-    return _connections(lab, node, ["-t", f"{WEB_VIP}:80"], real_server)[0]
+    return _connections(lab, node, WEB_VIP, 80, "tcp", f"{real_server}:80")[0]
 
 
 def _apply(lab, path, nodes, *extra):
@@ -42,7 +43,7 @@ def test_a_worker_removed_under_keepalived_finishes_its_downloads_first(lab, pai
     lab.wait_for(lambda: _web_active(lab, PI3) >= 5, what="downloads running on pi3")
     # The balancers only: the worker keeps its VIP until its own apply, after the drain.
     applied = _apply(lab, without_pi3, ("lb2", "lb1"))
-    assert ipvs_web_weights(lab, "lb1")[f"{PI3}:80"] == "0"
+    assert ipvs_web_weights(lab, "lb1")[f"{PI3}:80"] == 0
     plan = lab.lbctl("lb1", "plan", str(without_pi3), "--detailed-exitcode")
     assert plan.returncode == 2, plan.stdout + plan.stderr
     assert f"~ real server tcp {WEB_VIP}:80 -> {PI3}:80 draining" in plan.stdout, \
@@ -118,7 +119,7 @@ def test_a_udp_worker_taken_out_keeps_its_running_flows(lab, base):
     port_on_pi2 = next(p for p, who in flows.items() if who == "served by pi2")
     pi2 = str(lab.cluster.workers["pi2"].address)
     # IPVS counts a UDP flow as inactive, never as active.
-    active, inactive = _connections(lab, "lb1", ["-u", f"{DNS_VIP}:53"], pi2)
+    active, inactive = _connections(lab, "lb1", DNS_VIP, 53, "udp", f"{pi2}:53")
     assert active == 0 and inactive >= 1
 
     path = lab.write("dns-without-pi2", edited(

@@ -11,6 +11,8 @@ import time
 import pytest
 import yaml
 
+import ipvs_table
+
 from conftest import ClusterLab
 from conftest import measured as report
 from test_keepalived import _blob_hashes
@@ -93,8 +95,7 @@ def _waited(lab, balancers, watched, timeout=30):
     try:
         return lab.wait_for_next_hops(VIP, balancers, timeout)
     except LabError as exc:
-        run_dir = os.path.join(lab.nodes[watched].root, "run/lbctl/ecmp")
-        offered = sorted(os.listdir(os.path.join(run_dir, "announce")))
+        offered = sorted(os.listdir(lab.path(watched, "announce_dir")))
         raise LabError(f"{exc}\n{watched} offers {offered}\n{lab.keepalived_log(watched)}"
                        f"\n{lab.lbctl(watched, 'status').stdout}") from None
 
@@ -182,7 +183,7 @@ def test_stopping_a_balancer_withdraws_it_first(both):
     removed = lab.lbctl("lb1", "apply", str(path), "--remove")
     assert removed.returncode == 0, removed.stdout + removed.stderr
     lab.wait_for_next_hops(VIP, ["lb2"], timeout=10)
-    conf = os.path.join(lab.nodes["lb1"].root, "etc/lbctl/ecmp/bird.conf")
+    conf = lab.path("lb1", "bird_conf")
     assert lab.sh("lb1", ["pgrep", "-f", conf], check=False).returncode == 1, "BIRD still runs"
     answers = lab.ask_web(20, vip=VIP)
     assert all(answer.startswith("served by pi") for answer in answers), answers
@@ -290,9 +291,7 @@ def test_cutting_a_balancers_link_moves_its_downloads_byte_exact(both):
 
 def _active(lab, node):
     """Established connections a balancer's IPVS holds for the VIP."""
-    out = lab.sh(node, ["ipvsadm", "-Ln", "-t", f"{VIP}:80"]).stdout
-    return sum(int(line.split()[4]) for line in out.splitlines() if "->" in line
-               and line.split()[1][0].isdigit())
+    return ipvs_table.active(lab, node, VIP, 80)
 
 
 def test_the_lab_demo_of_the_ecmp_example():

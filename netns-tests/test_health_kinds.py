@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import ipvs_table
 from clusters import DNS_VIP, WEB_VIP, edited
+from lbctl.errors import LabError
 
 # The emulated lab VM forks slowly (a script probe costs it 0.2 to 0.3 s of
 # CPU): scripts run less often, with generous timeouts, and every check fails
@@ -50,11 +52,7 @@ SILENT_UDP_IS_UP = {"udpk", "udps"}
 
 def weights(lab, protocol, vip, port, node="lb1"):
     """{address: weight} of a service's real servers in IPVS."""
-    flag = "-u" if protocol == "udp" else "-t"
-    out = lab.sh(node, ["ipvsadm", "-Ln", flag, f"{vip}:{port}"], check=False).stdout
-    return {line.split()[1].rsplit(":", 1)[0]: int(line.split()[3])
-            for line in out.splitlines()
-            if line.strip().startswith("->") and line.split()[1][0].isdigit()}
+    return ipvs_table.weights(lab, node, vip, port, protocol)
 
 
 def taking_traffic(lab, name):
@@ -101,9 +99,10 @@ def test_live_and_silent_udp_workers_take_traffic_dead_and_silent_tcp_do_not(lab
     try:
         lab.wait_for(lambda: {name: taking_traffic(lab, name) for name in SERVICES} == expected,
                      timeout=60, what="live and silent-UDP workers in IPVS, the others not")
-    except Exception:
+    except LabError:
         found = {name: taking_traffic(lab, name) for name in SERVICES}
-        assert found == expected, lab.lbctl("lb1", "status").stdout
+        raise AssertionError(f"after 60 s: {found}, not {expected}\n"
+                             f"{lab.lbctl('lb1', 'status').stdout}") from None
 
     # Stays so: later probes of a silent UDP worker do not fail it either.
     time.sleep(6)

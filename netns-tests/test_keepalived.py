@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+import ipvs_table
 from clusters import DNS_VIP, PAIR, WEB_VIP, edited, pair_edited
 from conftest import measured as report
 from lbctl.errors import LabError
@@ -45,9 +46,8 @@ def pair(lab):
 
 def ipvs_web_weights(lab, node="lb1"):
     """{"ADDRESS:PORT": weight} of the web service's real servers on a balancer."""
-    out = lab.sh(node, ["ipvsadm", "-Ln", "-t", f"{WEB_VIP}:80"], check=False).stdout
-    return {line.split()[1]: line.split()[3] for line in out.splitlines()
-            if line.strip().startswith("->") and line.split()[1][0].isdigit()}
+    rows = ipvs_table.service(ipvs_table.on(lab, node), WEB_VIP, 80) or {}
+    return {address: row.weight for address, row in rows.items()}
 
 
 def ipvs_web_dests(lab, node="lb1"):
@@ -58,7 +58,7 @@ def ipvs_web_serving(lab, node="lb1"):
     """Real servers that take new connections: a failed check leaves its
     server at weight 0 (inhibit_on_failure) rather than deleting it."""
     return {dest.rsplit(":", 1)[0] for dest, weight in ipvs_web_weights(lab, node).items()
-            if weight != "0"}
+            if weight != 0}
 
 
 def client_neigh_mac(lab, vip=WEB_VIP):
@@ -138,7 +138,7 @@ def test_a_pair_shares_one_table_and_a_reapply_leaves_keepalived_alone(lab, pair
     pids = lab.keepalived_pids("lb1")
     # The log is shared with earlier tests in this lab; only what the reapply
     # adds to it counts.
-    log_path = os.path.join(lab.nodes["lb1"].root, "run/lbctl/lab/keepalived.log")
+    log_path = lab.path("lb1", "log_file")
     log_before = os.path.getsize(log_path)
     again = lab.lbctl("lb1", "apply", str(pair))
     assert again.returncode == 0, again.stderr
@@ -160,19 +160,19 @@ def test_a_pair_shares_one_table_and_a_reapply_leaves_keepalived_alone(lab, pair
 def test_a_config_written_without_its_reload_is_loaded_by_the_next_apply(lab, pair):
     reweighted = lab.write("pair-pi3-weight-5", pair_edited(
         workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 5}}))
-    conf = Path(lab.nodes["lb1"].root, "etc/lbctl/lab/keepalived.conf")
+    conf = Path(lab.path("lb1", "conf"))
     # An apply of `reweighted` killed after it wrote the files and before
     # keepalived reloaded them: the new files on disk, the old ones running.
     assert lab.lbctl("lb1", "apply", str(reweighted)).returncode == 0
     written = conf.read_text()
     assert lab.lbctl("lb1", "apply", str(pair)).returncode == 0
-    assert ipvs_web_weights(lab)["192.168.100.6:80"] == "2"
+    assert ipvs_web_weights(lab)["192.168.100.6:80"] == 2
     conf.write_text(written)
     again = lab.lbctl("lb1", "apply", str(reweighted))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "reload" in again.stdout and "not known to run the files on disk" in again.stdout, \
         again.stdout
-    lab.wait_for(lambda: ipvs_web_weights(lab)["192.168.100.6:80"] == "5", timeout=10,
+    lab.wait_for(lambda: ipvs_web_weights(lab)["192.168.100.6:80"] == 5, timeout=10,
                  what="pi3's new weight in lb1's table")
     assert lab.lbctl("lb1", "plan", str(reweighted), "--detailed-exitcode").returncode == 0
 
@@ -285,7 +285,10 @@ def test_a_master_cut_off_fails_over_and_back(lab, pair):
     report("failover: master link down", vip_answers_after=f"{down['gap']:.2f}s",
            failed=f"{down['failed']}/{down['requests']}")
     report("failback: link restored", failed=f"{back['failed']}/{back['requests']}")
-    assert down["gap"] is not None and back["gap"] is not None
+    # The backup answered for the VIP while lb1 was still cut off (not lb1
+    # once its link came back), and the VIP answered again after the failback.
+    assert down["gap"] is not None and down["gap"] < restored - cut, (down, restored - cut)
+    assert back["gap"] is not None, back
     lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
     assert lab.vip_macs(WEB_VIP) == {lab.mac("lb1")}
 
@@ -378,7 +381,7 @@ def grace_held(lab, node):
 
 def master_since(lab, node):
     """When the node's keepalived last became master (its notify hook's record)."""
-    with open(os.path.join(lab.nodes[node].root, "run/lbctl/lab/state/vrrp")) as fh:
+    with open(lab.path(node, "vrrp_state")) as fh:
         state, since = fh.read().split()[:2]  # then the hook's start, for its order
     assert state == "MASTER", state
     return float(since)
@@ -457,10 +460,11 @@ APPLY_WITH_A_CONFIG_KEEPALIVED_REJECTS = """
 import dataclasses, sys
 from lbctl.errors import ApplyError
 from lbctl.execute import execute
+from lbctl.layout import Layout
 from lbctl.node import load_node
 
 ctx = load_node(sys.argv[1], "lb1", sys.argv[2])
-conf = "/etc/lbctl/lab/keepalived.conf"
+conf = Layout("lab").conf
 ctx.plan.changes = [c if c.key != conf else dataclasses.replace(c, new=dataclasses.replace(
     c.new, content=c.new.content.replace("lvs_sched wrr", "lvs_sched fastest")))
     for c in ctx.plan.changes]
@@ -474,7 +478,7 @@ except ApplyError as exc:
 
 def test_a_config_keepalived_rejects_leaves_the_running_one_untouched(lab, pair):
     root = lab.nodes["lb1"].root
-    conf_path = os.path.join(root, "etc/lbctl/lab/keepalived.conf")
+    conf_path = lab.path("lb1", "conf")
     before = open(conf_path).read()
     pids = lab.keepalived_pids("lb1")
     rules = lab.ipvs_rules("lb1")

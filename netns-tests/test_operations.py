@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 
+import ipvs_table
 from clusters import WEB_VIP, pair_edited
 from conftest import LOADS, measured
 from lbctl.errors import LabError
@@ -17,7 +18,7 @@ from test_keepalived import ALL_WORKERS, _blob_hashes, ipvs_web_weights, pair  #
 PI3_WEB = f"-a -t {WEB_VIP}:80 -r 192.168.100.6:80 -g -w"
 
 ADDRESS = {"pi1": "192.168.100.3", "pi2": "192.168.100.4", "pi3": "192.168.100.6"}
-FILE_WEIGHT = {"pi1": "1", "pi2": "1", "pi3": "2"}
+FILE_WEIGHT = {"pi1": 1, "pi2": 1, "pi3": 2}
 BALANCERS = ("lb1", "lb2")
 
 
@@ -63,8 +64,7 @@ def test_a_single_netlink_balancer_keeps_a_drain_and_refuses_an_empty_service(la
     assert refused.returncode == 64
     assert "would leave service dns with no worker taking new connections (pi1 drained, " \
         "pi2 drained)" in refused.stderr, refused.stderr
-    record = os.path.join(lab.nodes["lb1"].root, "var/lib/lbctl/drained/lab.json")
-    with open(record) as fh:
+    with open(lab.path("lb1", "drain_record")) as fh:
         assert set(json.load(fh)["drained"]) == {"pi1", "pi3"}  # the refused one left no trace
     for worker in ("pi1", "pi3"):
         assert lab.lbctl("lb1", "undrain", worker).returncode == 0
@@ -79,7 +79,7 @@ def test_draining_and_undraining_each_worker_under_load_fails_no_request(lab, pa
         printed = on_both(lab, "drain", worker)
         assert printed["lb1"].startswith(f"{worker} drained on lb1:\n"), printed["lb1"]
         assert f"{ADDRESS[worker]}:80: weight 0," in printed["lb1"]
-        assert {weight_of(lab, node, worker) for node in BALANCERS} == {"0"}
+        assert {weight_of(lab, node, worker) for node in BALANCERS} == {0}
         drained_at = time.time()
         time.sleep(3)
         windows[worker] = (drained_at + 1, time.time())  # requests in flight may still finish
@@ -99,13 +99,13 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
     capture = lab.start_capture()
     load = lab.start_load()
     # A drain cut short on lb1 right after it wrote its record: apply finishes it.
-    record = os.path.join(lab.nodes["lb1"].root, "var/lib/lbctl/drained/lab.json")
+    record = lab.path("lb1", "drain_record")
     os.makedirs(os.path.dirname(record), exist_ok=True)
     with open(record, "w") as fh:
         json.dump({"format": 1, "drained": {"pi2": {"services": None, "since": time.time()}}}, fh)
     finished = lab.lbctl("lb1", "apply", str(pair))
     assert finished.returncode == 0, finished.stdout + finished.stderr
-    assert weight_of(lab, "lb1", "pi2") == "0"
+    assert weight_of(lab, "lb1", "pi2") == 0
     printed = on_both(lab, "drain", "pi2")
     assert printed["lb1"].startswith("pi2 drained on lb1 already:\n"), printed["lb1"]
     status = lab.lbctl("lb1", "status")
@@ -119,10 +119,13 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
     plan = lab.lbctl("lb1", "plan", str(pair), "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert "drained: pi2 on every service" in plan.stdout
-    # keepalived reloaded by hand: its config holds the drain.
-    os.kill(lab.keepalived_pids("lb1")[0], signal.SIGHUP)
-    time.sleep(3)
-    assert weight_of(lab, "lb1", "pi2") == "0"
+    # keepalived's own files hold the drain: the backup's keepalived, stopped
+    # and started from its command line alone (lbctl renders nothing), brings
+    # pi2 back at weight 0 once its check passes, and pi1 at the file's weight.
+    restart_keepalived_from_its_own_files(lab, "lb2")
+    lab.wait_for(lambda: "health web/pi2: up" in lab.lbctl("lb2", "status").stdout,
+                 timeout=60, what="pi2's check passing on lb2")
+    assert (weight_of(lab, "lb2", "pi1"), weight_of(lab, "lb2", "pi2")) == (1, 0)
 
     # A planned failover in the middle of the drain (lb1's priority lowered by
     # an apply): lb2 takes over, and pi2 stays out.  (A cut cable would also
@@ -134,7 +137,7 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
     lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", what="lb2 to take over")
     took_over = time.time()
     time.sleep(3)
-    assert weight_of(lab, "lb2", "pi2") == "0"
+    assert weight_of(lab, "lb2", "pi2") == 0
     window = (took_over + 1, time.time())
     for node, result in lab.apply_all(pair).items():
         assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
@@ -153,7 +156,7 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
     started = lab.lbctl("lb1", "apply", str(pair))
     assert started.returncode == 0, started.stdout + started.stderr
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", timeout=60, what="lb1 master")
-    assert weight_of(lab, "lb1", "pi2") == "0"
+    assert weight_of(lab, "lb1", "pi2") == 0
 
     on_both(lab, "undrain", "pi2")
     lab.wait_for(lambda: "served by pi2" in lab.ask_web(6), timeout=20, what="pi2 serving")
@@ -229,12 +232,26 @@ def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(
     on_both(lab, "undrain", "pi3")
 
 
+def restart_keepalived_from_its_own_files(lab, node):
+    """keepalived stopped, then started again by the command line it ran with."""
+    with open(f"/proc/{lab.keepalived_pids(node)[0]}/cmdline") as fh:
+        argv = fh.read().split("\0")[:-1]
+    lab.kill_keepalived(node, signal.SIGTERM)
+    log = os.open(lab.path(node, "log_file"),
+                  os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    try:
+        subprocess.Popen(["ip", "netns", "exec", lab.nodes[node].netns, *argv],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                         start_new_session=True)
+    finally:
+        os.close(log)
+    lab.wait_for(lambda: len(lab.keepalived_pids(node)) == 3, what=f"keepalived on {node}")
+
+
 def active_web(lab, node="lb1"):
-    """{worker: active connections} on the web service."""
-    report = json.loads(lab.lbctl(node, "status", "--json").stdout)
-    by_address = {f"{a}:80": w for w, a in ADDRESS.items()}
-    return {by_address[d["address"]]: d["active"] for s in report["services"]
-            if s["service"] == f"tcp {WEB_VIP}:80" for d in s["real_servers"]}
+    """{worker: active connections} on the web service, as the kernel counts them."""
+    return {worker: ipvs_table.active(lab, node, WEB_VIP, 80, f"{address}:80")
+            for worker, address in ADDRESS.items()}
 
 
 def connections_json(lab, *flags, node="lb1"):
