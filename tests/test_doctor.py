@@ -197,6 +197,27 @@ def test_a_healthy_balancer_has_nothing_to_report():
     assert balancer_checks(balancer()) == []
 
 
+def test_an_ecmp_balancer_holds_its_vips_on_lo_and_answers_no_arp_for_them():
+    routed_web, routed_dns = IPv4Address("10.200.0.10"), IPv4Address("10.200.0.11")
+    healthy = dict(addresses=[(IPv4Address("192.168.100.2"), 24, "eth0"),
+                              (routed_web, 32, "lo"), (routed_dns, 32, "lo")],
+                   conf={("all", "rp_filter"): 0, ("eth0", "rp_filter"): 0,
+                         ("all", "arp_ignore"): 1, ("eth0", "arp_ignore"): 0,
+                         ("all", "arp_announce"): 2, ("eth0", "arp_announce"): 0})
+    assert balancer_checks(balancer(**healthy), PI_ECMP) == []
+    # A VIP missing from lo, the other on eth0, and ARP answered for both.
+    broken = dict(healthy, addresses=[(IPv4Address("192.168.100.2"), 24, "eth0"),
+                                      (routed_dns, 32, "eth0")],
+                  conf={**healthy["conf"], ("all", "arp_ignore"): 0})
+    found = balancer_checks(balancer(**broken), PI_ECMP)
+    assert [(n, c) for n, c, _p in found] == [
+        ("lb1", "vip-not-on-lo"), ("lb1", "vip-on-lan-interface"), ("lb1", "arp-flux")]
+    assert "drops the requests the router forwards to it" in found[0][2]
+    assert "bypassing the router" in found[2][2]
+    # Outside mode ecmp a balancer holds the VIPs on its LAN interface.
+    assert balancer_checks(balancer()) == []
+
+
 def test_a_scheduler_this_kernel_lacks_is_named_with_those_it_has():
     text = PI_SINGLE.replace("scheduler: wrr", "scheduler: twos")
     found = balancer_findings(cluster_from(text), "lb1", "eth0", balancer(), "cluster.yaml")

@@ -36,9 +36,10 @@ def worker_findings(cluster, name, ifname, facts, file_hint):
             + _listeners(name, services, facts))
 
 
-def _vips_off_the_lan(name, services, lan, facts, file_hint):
+def _vips_off_the_lan(name, services, lan, facts, file_hint, sender="the balancer"):
     """Each VIP the worker serves must be local (on lo, or a dummy interface)
-    but on no LAN interface, where ARP would be answered for it."""
+    but on no LAN interface, where ARP would be answered for it.  `sender`:
+    who sends the node the VIP's requests (an ECMP balancer's is the router)."""
     found = []
     on_lo = sorted(str(ip) for ip, prefix in facts.addresses_on("lo") if prefix == 32)
     for vip in sorted({svc.vip for svc in services}):
@@ -50,7 +51,7 @@ def _vips_off_the_lan(name, services, lan, facts, file_hint):
             found.append(Finding(
                 name, "vip-on-lan-interface",
                 f"holds VIP {vip} ({names}) on its LAN interface {on_lan[0][0]}, so it answers "
-                "ARP for it and takes the VIP's traffic from the balancer",
+                f"ARP for it and takes the VIP's traffic from {sender}",
                 f"{vip}/{on_lan[0][1]} is on {on_lan[0][0]}",
                 f"{dels}; then `sudo lbctl apply {file_hint}` on {name} puts it on lo"))
         elif wider := [p for n, p in held if n == "lo" and p != 32]:
@@ -64,15 +65,15 @@ def _vips_off_the_lan(name, services, lan, facts, file_hint):
         elif not held:
             found.append(Finding(
                 name, "vip-not-on-lo",
-                f"does not hold VIP {vip} ({names}) on lo, so it drops the requests the "
-                "balancer forwards to it",
+                f"does not hold VIP {vip} ({names}) on lo, so it drops the requests "
+                f"{sender} forwards to it",
                 f"lo holds {', '.join(on_lo) or 'no /32 address'}",
                 f"sudo ip address add {vip}/32 dev lo; `sudo lbctl apply {file_hint}` on "
                 f"{name} also restores its boot unit"))
     return found
 
 
-def _arp_settings(name, ifname, facts, file_hint):
+def _arp_settings(name, ifname, facts, file_hint, bypassed="the balancer"):
     found = []
     ignore = facts.effective(ifname, "arp_ignore")
     announce = facts.effective(ifname, "arp_announce")
@@ -91,7 +92,7 @@ def _arp_settings(name, ifname, facts, file_hint):
         found.append(Finding(
             name, "arp-flux",
             f"answers ARP on {ifname} for the VIPs it holds (arp_ignore {ignore}), so "
-            "clients can reach it directly, bypassing the balancer",
+            f"clients can reach it directly, bypassing {bypassed}",
             f"arp_ignore {raw}; the kernel acts on the larger", fix))
     if announce is not None and announce != ARP_ANNOUNCE:
         found.append(Finding(
@@ -169,6 +170,7 @@ def _listeners(name, services, facts):
 def balancer_findings(cluster, name, ifname, facts, file_hint):
     return (_ipvs_modules(cluster, name, facts)
             + _balancer_vips(cluster, name, ifname, facts, file_hint)
+            + _routed_vips(cluster, name, ifname, facts, file_hint)
             + _workers_on_lan(cluster, name, ifname, facts)
             + _rp_filter(cluster, name, ifname, facts))
 
@@ -233,6 +235,19 @@ def _balancer_vips(cluster, name, ifname, facts, file_hint):
                     f"{ifname} holds {', '.join(sorted(map(str, held))) or 'no address'}",
                     f"sudo lbctl apply {file_hint} on {name}")
             for vip in cluster.vips if vip not in held]
+
+
+def _routed_vips(cluster, name, ifname, facts, file_hint):
+    """Mode ecmp: the router sends a VIP's packets to each balancer by BGP, so a
+    balancer holds every VIP on lo and answers no ARP for them, as a worker
+    does.  (The wire check cannot hear the host that probes answer.)"""
+    if cluster.mode != "ecmp":
+        return []
+    services = sorted(cluster.services.values(), key=lambda s: s.name)
+    lan = facts.lan_interfaces(cluster, ifname)
+    return (_vips_off_the_lan(name, services, lan, facts, file_hint, sender="the router")
+            + [f for each in lan
+               for f in _arp_settings(name, each, facts, file_hint, bypassed="the router")])
 
 
 def _workers_on_lan(cluster, name, ifname, facts):
