@@ -467,3 +467,92 @@ def test_balancers_now_reads_each_pair_balancer_and_none_for_an_answer_it_cannot
         answers["lb2"] = bad
         assert fleet.balancers_now(cluster, select(cluster), None)["lb2"] in (
             None, {"state": None, "advertised_addresses": None}), bad
+
+
+# --- mode ecmp: the next balancer only once the last one serves again --------
+def _bgp_json(state, offered, cluster="pi-web"):
+    return json.dumps({"keepalived": {cluster: {"bgp": {
+        "state": state, "offered": [{"vip": v, "since": 1.0} for v in offered]}}}})
+
+
+def test_an_ecmp_balancer_serves_again_once_established_and_offering_what_it_did():
+    from lbctl.remote.fleet import back_in_service, read_bgp
+
+    cluster = cluster_from(PI_ECMP)
+    before = read_bgp(cluster, _bgp_json("Established", ["10.200.0.10", "10.200.0.11"]))
+    assert before == ("Established", {"10.200.0.10", "10.200.0.11"})
+    assert back_in_service(cluster, before, read_bgp(cluster, _bgp_json(
+        "Established", ["10.200.0.10", "10.200.0.11"])))
+    # The session restarting, or back without every VIP yet: not yet.
+    assert not back_in_service(cluster, before, read_bgp(cluster, _bgp_json(
+        "Active", ["10.200.0.10", "10.200.0.11"])))
+    assert not back_in_service(cluster, before, read_bgp(cluster, _bgp_json(
+        "Established", ["10.200.0.10"])))
+    assert not back_in_service(cluster, before, read_bgp(cluster, "not json"))
+    # A VIP it did not offer (no healthy worker, drained) is not waited for,
+    # nor one the file no longer has.
+    partly = ("Established", {"10.200.0.10", "10.200.0.99"})
+    assert back_in_service(cluster, partly, ("Established", {"10.200.0.10"}))
+    # One that served nothing before (a new cluster, no router yet) is not waited for.
+    assert back_in_service(cluster, (None, set()), (None, set()))
+    assert back_in_service(cluster, ("Connect", set()), ("Active", set()))
+    for bad in ("", "null", "[]", '{"keepalived": {"pi-web": {"bgp": null}}}',
+                '{"keepalived": {"pi-web": {"bgp": {"offered": [3]}}}}'):
+        assert read_bgp(cluster, bad) == (None, set()), bad
+
+
+def test_apply_all_in_mode_ecmp_stops_when_a_balancer_does_not_serve_again(monkeypatch,
+                                                                          tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_apply
+    from lbctl.remote import fleet
+
+    path = tmp_path / "ecmp.yaml"
+    path.write_text(PI_ECMP)
+    vips = ["10.200.0.10", "10.200.0.11"]
+    applied, asked = [], []
+    # lb1 offers both VIPs until its apply; afterwards its session stays down.
+    sessions = {"lb1": "Established", "lb2": "Established", "lb3": "Established"}
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = {}
+        for t in targets_:
+            argv = args_for(t)
+            if argv[0] == "apply":
+                applied.append(t.node)
+                if t.role == "balancer":
+                    sessions[t.node] = "Active" if t.node == "lb1" else "Established"
+                found[t.node] = Outcome(t, 0, f"{t.role} {t.node}: applied\n", "")
+            elif argv[0] == "status":
+                asked.append(t.node)
+                found[t.node] = Outcome(t, 0, _bgp_json(sessions[t.node], vips), "")
+            else:
+                found[t.node] = Outcome(t, 0, "valid\n", "")
+        return found
+    monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
+    monkeypatch.setattr(fleet, "run_on_each", on_each)
+    monkeypatch.setattr(cluster_apply, "ECMP_SETTLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(cluster_apply, "ECMP_SETTLE_POLL", 0.05)
+    out = io.StringIO()
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False)
+    assert cluster_apply.run(args, out) == 1
+    assert applied == ["pi1", "pi2", "lb1"]  # lb2 and lb3 keep serving
+    text = out.getvalue()
+    assert text.endswith("stopped: lb1 is not serving again 0.3s after its apply (BGP Active); "
+                         "the other balancers were left as they are; done on pi1, pi2, lb1; "
+                         "not touched: lb2, lb3\n"), text
+    # Once every balancer is back each time, the rollout goes through.
+    sessions.update(lb1="Established")
+    applied.clear()
+    monkeypatch.setattr(cluster_apply, "ECMP_SETTLE_TIMEOUT", 5)
+
+    def healthy(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = on_each(targets_, args_for, stdin_text)
+        sessions["lb1"] = "Established"
+        return found
+    monkeypatch.setattr(cluster_apply, "run_on_each", healthy)
+    monkeypatch.setattr(fleet, "run_on_each", healthy)
+    assert cluster_apply.run(args, io.StringIO()) == 0
+    assert applied == ["pi1", "pi2", "lb1", "lb2", "lb3"]

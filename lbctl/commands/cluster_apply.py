@@ -1,13 +1,20 @@
 """apply --all: every node over SSH, in an order that keeps traffic flowing."""
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 from lbctl import __version__
 from lbctl.config import load_cluster
 from lbctl.plan import DEFERRED_MARK, DRAINING_MARK
-from lbctl.remote.fleet import balancers_now, rollout_stages, select
+from lbctl.remote.fleet import back_in_service, balancers_now, bgp_offers, rollout_stages, select
 from lbctl.remote.ssh import run_on_each
 from lbctl.remote.blocks import node_block, progress, show_outcomes
+
+# Mode ecmp: how long a balancer just applied may take to serve again (its
+# BGP session back, its checks passed, its VIPs offered) before the rollout
+# stops rather than take the next balancer out too.
+ECMP_SETTLE_TIMEOUT = 120.0
+ECMP_SETTLE_POLL = 1.0
 
 
 def run(args, out):
@@ -15,14 +22,19 @@ def run(args, out):
     selected = select(cluster, args.node)
     if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
         return 1
+    serving = {}
+    if cluster.mode == "ecmp" and not args.remove:
+        # What each balancer offers the router before any of them changes.
+        balancers = [t for t in selected if t.role == "balancer"]
+        serving = bgp_offers(cluster, balancers, args.ssh_config) if balancers else {}
     with ThreadPoolExecutor(max_workers=1) as pool:
         # Which balancer is master now, asked while the workers apply.
         asked = pool.submit(balancers_now, cluster, selected, args.ssh_config)
         stages = rollout_stages(cluster, selected, asked.result, removing=args.remove)
-        return _roll_out(args, cluster, selected, stages, out)
+        return _roll_out(args, cluster, selected, stages, out, serving)
 
 
-def _roll_out(args, cluster, selected, stages, out):
+def _roll_out(args, cluster, selected, stages, out, serving=None):
     flags = (["--remove"] if args.remove else []) + (["--force"] if args.force else [])
     done, total, leaving, draining = [], len(selected), [], set()
     for label, stage in stages:
@@ -33,6 +45,12 @@ def _roll_out(args, cluster, selected, stages, out):
                                           out, total)
         if failed:
             return _stopped(selected, done, failed, out)
+        if serving and label == "balancer" and serving[stage[0].node][0] == "Established":
+            # Mode ecmp: the next balancer goes out only once this one is back.
+            (target,) = stage
+            problem = _wait_serving(cluster, target, serving[target.node], args.ssh_config)
+            if problem:
+                return _stopped(selected, done, [], out, f"{target.node} {problem}")
         leaving += held_back
         draining |= still
     if leaving:
@@ -108,8 +126,30 @@ def _stage(args, cluster, label, stage, flags, done, out, total=None):
     return failed, held_back, draining
 
 
-def _stopped(selected, done, failed, out):
+def _wait_serving(cluster, target, before, ssh_config, timeout=None, poll=None):
+    """None once the ECMP balancer just applied serves as before
+    (fleet.back_in_service); else why the rollout must stop."""
+    timeout = ECMP_SETTLE_TIMEOUT if timeout is None else timeout
+    poll = ECMP_SETTLE_POLL if poll is None else poll
+    progress(f"waiting for {target.node} to offer the router its VIPs again ...")
+    deadline = time.monotonic() + timeout
+    while True:
+        now = bgp_offers(cluster, [target], ssh_config)[target.node]
+        if back_in_service(cluster, before, now):
+            return None
+        if time.monotonic() >= deadline:
+            state, offered = now
+            missing = sorted(before[1] - offered)
+            said = [f"BGP {state or 'unknown'}"] + (
+                [f"not offering {', '.join(missing)}"] if missing else [])
+            return (f"is not serving again {timeout:g}s after its apply ({'; '.join(said)}); "
+                    "the other balancers were left as they are")
+        time.sleep(poll)
+
+
+def _stopped(selected, done, failed, out, why=None):
     untouched = [t.node for t in selected if t.node not in done and t.node not in failed]
-    out.write(f"stopped: failed on {', '.join(failed)}; done on {', '.join(done) or 'no node'}; "
+    reason = f"failed on {', '.join(failed)}" if failed else why
+    out.write(f"stopped: {reason}; done on {', '.join(done) or 'no node'}; "
               f"not touched: {', '.join(untouched) or 'none'}\n")
     return 1

@@ -103,6 +103,38 @@ def balancers_now(cluster, selected, ssh_config):
     return found
 
 
+def bgp_offers(cluster, balancers, ssh_config):
+    """Mode ecmp: {balancer: (BGP state, {VIPs offered})} as each balancer's BIRD
+    says now; (None, set()) for one that did not say."""
+    outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
+                                                 "--no-drift"], cluster.text, ssh_config)
+    return {node: read_bgp(cluster, outcome.stdout if outcome.returncode == 0 else "")
+            for node, outcome in outcomes.items()}
+
+
+def read_bgp(cluster, status_json):
+    """(BGP state, {VIPs offered}) from a balancer's `status --json`."""
+    try:
+        bgp = json.loads(status_json)["keepalived"][cluster.name]["bgp"]
+        return bgp.get("state"), {str(o["vip"]) for o in bgp.get("offered") or []}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None, set()
+
+
+def back_in_service(cluster, before, now):
+    """Whether an ECMP balancer, just applied, serves again as it did: its BGP
+    session is up and it offers every VIP of the file it offered before (a
+    VIP it did not offer, because no worker was healthy or it was drained,
+    is not waited for).  One that was not serving before (a new cluster, a
+    router not yet set up) is not waited for: the rollout takes nothing more
+    out of service by going on.  `before`, `now`: read_bgp()'s answers."""
+    if before[0] != "Established":
+        return True
+    state, offered = now
+    wanted = before[1] & {str(vip) for vip in cluster.vips}
+    return state == "Established" and wanted <= offered
+
+
 def vrrp_states(cluster, selected, ssh_config):
     """{balancer: VRRP state now, or None}."""
     return {node: (report or {}).get("state")
