@@ -32,9 +32,11 @@ def service(run, vip, port, protocol="tcp"):
     them, or None when the kernel has no such service."""
     flag = "-u" if protocol == "udp" else "-t"
     done = run(["ipvsadm", "-Ln", flag, f"{vip}:{port}"])
-    if done.returncode != 0:
+    if done.returncode == 0:
+        return parse_service(done.stdout)
+    if "No such service" in done.stderr:
         return None
-    return parse_service(done.stdout)
+    raise AssertionError(f"ipvsadm -Ln {flag} {vip}:{port}: {done.stderr.strip()}")
 
 
 def on(lab, node):

@@ -25,6 +25,7 @@ from conftest import MEASUREMENTS
 from lbctl.config import load_cluster
 from lbctl.lab.routed import RoutedLab
 from lbctl.lab.sshd import LabSsh
+from lbctl.layout import ETC_DIR
 from test_cluster_ssh import order_of
 
 LAN_VIP = "192.168.100.10"
@@ -243,7 +244,9 @@ def _doctor(cell, nodes):
     done = cell.run("doctor", "doctor", cell.path)
     assert (done.returncode, done.stdout.splitlines()[-1]) == (0, "no problems found"), \
         done.stdout + done.stderr
-    assert f"checking {len(nodes)} node(s)" in done.stderr, done.stderr
+    # Every node's own checks and the wire's, from the first balancer.
+    assert f"checking {len(nodes)} node(s), the LAN from lb1" in done.stderr, done.stderr
+    assert "not run" not in done.stdout, done.stdout
     cell.passed(done)
 
 
@@ -255,7 +258,7 @@ def _drain_and_undrain(lab, cell, serving, vip):
     for node in serving:
         lab.wait_for(lambda n=node: (web_rules(lab, n, vip) or {}).get(pi1) == 0, timeout=30,
                      what=f"pi1 at weight 0 on {node}")
-    assert "served by pi1" not in served_by(lab, vip)
+    assert served_by(lab, vip) == {"served by pi2", "served by pi3"}
     cell.passed(done)
 
     done = cell.run("undrain", "undrain", "pi1", cell.path)
@@ -271,15 +274,21 @@ def _drain_and_undrain(lab, cell, serving, vip):
 def _rollout(lab, cell, serving, vip):
     # One batch of two workers: every step of a rollout (drain on each
     # balancer, wait for idle, run, wait for health, undrain) at the cost of
-    # one round; test_cluster_ssh takes workers in turn under load.
+    # one round; test_cluster_ssh takes workers in turn under load.  The
+    # update itself fails unless the worker is at weight 0 on every serving
+    # balancer while it runs.
     ran = lab.files / f"rollout-{slug(cell.mode)}"
-    done = cell.run("rollout", "--exec", f'echo "$LBCTL_WORKER" >> {ran}', "--batch", "2",
-                    "--start-at", "pi2")
+    drained = " && ".join(
+        f"ip netns exec {lab.nodes[node].netns} ipvsadm-save -n | "
+        f'grep -q -- "-r $LBCTL_WORKER_ADDRESS:80 -g -w 0$"' for node in serving)
+    done = cell.run("rollout", "--exec", f'{drained} && echo "$LBCTL_WORKER" >> {ran}',
+                    "--batch", "2", "--start-at", "pi2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "rolled out to 2 worker(s): pi2, pi3" in done.stdout, done.stdout
     assert ran.read_text() == "pi2\npi3\n"
     for node in serving:
-        assert web_rules(lab, node, vip) == {a: 1 for a in WORKERS.values()}, node
+        lab.wait_for(lambda n=node: web_rules(lab, n, vip) == {a: 1 for a in WORKERS.values()},
+                     timeout=30, what=f"every worker back at weight 1 on {node}")
     cell.passed(done)
 
 
@@ -298,10 +307,61 @@ def _remove(lab, cell, serving, idle, vip):
         held = lab.sh(node, ["ip", "-4", "-o", "address", "show", "dev", "lo"]).stdout
         assert vip not in held, (node, held)
     for node in [*serving, *WORKERS]:
-        folder = os.path.join(lab.nodes[node].root, "etc/lbctl")
+        folder = os.path.join(lab.nodes[node].root, ETC_DIR.lstrip("/"))
         left = os.listdir(folder) if os.path.isdir(folder) else []
         assert left == [], (node, left)
     if vip == ROUTED_VIP:
         lab.wait_for_next_hops(vip, [], timeout=15)
     assert lab.curl(f"http://{vip}/", timeout=2).returncode != 0
     cell.passed(done)
+
+
+def test_an_ecmp_bgp_change_rolled_out_keeps_a_route_at_the_router(lab, fleet):
+    """A change to `bgp:` restarts each balancer's session.  apply --all takes
+    the next balancer only once the last one offers the router its VIPs
+    again, so the router always has a next hop for the VIP."""
+    import threading
+
+    path = write_cluster(lab.files / "ecmp-hold.yaml", ECMP)
+    try:
+        done = fleet.lbctl_all("apply", str(path))
+        assert done.returncode == 0, done.stdout + done.stderr
+        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
+        lab.wait_for(lambda: served_by(lab, ROUTED_VIP) == {f"served by {w}" for w in WORKERS},
+                     timeout=30, what="every worker serving")
+
+        held_longer = copy.deepcopy(ECMP)
+        held_longer["bgp"]["hold"] = "4s"
+        changed = write_cluster(lab.files / "ecmp-hold-4s.yaml", held_longer)
+        samples, stop = [], threading.Event()
+
+        def sample():
+            while not stop.is_set():
+                samples.append((time.monotonic(), lab.next_hops(ROUTED_VIP)))
+                time.sleep(0.1)
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        try:
+            done = fleet.lbctl_all("apply", str(changed))
+        finally:
+            stop.set()
+            sampler.join()
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "waiting for lb1 to offer the router its VIPs again" in done.stderr, done.stderr
+        assert order_of(done.stdout)[3:] == ["lb1", "lb2"], done.stdout
+        # Each session did restart (the hold time is negotiated at the open).
+        for node in ("lb1", "lb2"):
+            conf = open(lab.path(node, "bird_conf")).read()
+            assert "hold time 4" in conf, conf
+        bare = [when for when, hops in samples if not hops]
+        dropped = {tuple(hops) for _when, hops in samples if len(hops) < 2}
+        MEASUREMENTS.append(f"[apply --all of a bgp.hold change] samples={len(samples)} "
+                            f"with one next hop={len([1 for _w, h in samples if len(h) == 1])} "
+                            f"with none={len(bare)}")
+        assert len(samples) > 20 and bare == [], (len(samples), bare)
+        assert dropped, "no balancer's session restarted: the test proves nothing"
+        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
+    finally:
+        done = fleet.lbctl_all("apply", str(path), "--remove")
+        if done.returncode != 0:
+            take_everything_away(lab, fleet, path, ["lb1", "lb2"])
