@@ -463,7 +463,9 @@ def test_balancers_now_reads_each_pair_balancer_and_none_for_an_answer_it_cannot
     assert sorted(asked) == [(n, ("status", "-", "--node", n, "--json", "--no-drift"))
                              for n in ("lb1", "lb2")]  # workers are not asked
     for bad in ("", "[]", "{}", '{"keepalived": null}', '{"keepalived": {"pi-web": []}}',
-                "not json"):
+                "not json", '{"keepalived": {"pi-web": {"advertised_addresses": 5}}}',
+                '{"keepalived": {"pi-web": {"advertised_addresses": [["x"]]}}}',
+                '{"keepalived": {"pi-web": {"vrrp": {"state": ["MASTER"]}}}}'):
         answers["lb2"] = bad
         assert fleet.balancers_now(cluster, select(cluster), None)["lb2"] in (
             None, {"state": None, "advertised_addresses": None}), bad

@@ -96,8 +96,13 @@ def balancers_now(cluster, selected, ssh_config):
     for node, outcome in outcomes.items():
         try:
             info = json.loads(outcome.stdout)["keepalived"].get(cluster.name) or {}
-            found[node] = {"state": (info.get("vrrp") or {}).get("state"),
-                           "advertised_addresses": info.get("advertised_addresses")}
+            state = (info.get("vrrp") or {}).get("state")
+            advertised = info.get("advertised_addresses")
+            if advertised is not None and not (
+                    isinstance(advertised, list) and all(isinstance(a, str) for a in advertised)):
+                raise TypeError("advertised_addresses is not a list of addresses")
+            found[node] = {"state": state if isinstance(state, str) else None,
+                           "advertised_addresses": advertised}
         except (ValueError, KeyError, TypeError, AttributeError):
             found[node] = None
     return found
