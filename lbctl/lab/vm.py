@@ -1,9 +1,9 @@
 """Run a command inside a small VM whose kernel has IPVS.
 
 Where the host kernel lacks IPVS (as on many CI machines), the lab boots
-Debian's own kernel under qemu (KVM when /dev/kvm works, else emulation),
-with the host's root filesystem shared read-only over 9p and a tmpfs overlay
-on top.  Everything installed on the host, the venv included, works inside,
+Debian's own kernel under qemu's emulation (TCG: on these hosts a KVM guest
+does not start, see docs/lab.md), with the host's root filesystem shared
+read-only over 9p and a tmpfs overlay on top.  Everything installed on the host, the venv included, works inside,
 and nothing the lab writes reaches the host.  One VM serves a whole test
 session: booting costs a few seconds, so it is never done per test.
 
