@@ -558,3 +558,60 @@ def test_apply_all_in_mode_ecmp_stops_when_a_balancer_does_not_serve_again(monke
     monkeypatch.setattr(fleet, "run_on_each", healthy)
     assert cluster_apply.run(args, io.StringIO()) == 0
     assert applied == ["pi1", "pi2", "lb1", "lb2", "lb3"]
+
+
+def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_status
+
+    cluster_text = PAIR.replace("  pi2: {address: 192.168.100.4}\n",
+                                "  pi2: {address: 192.168.100.4}\n"
+                                "  pi3: {address: 192.168.100.6}\n"
+                                "  pi4: {address: 192.168.100.7}\n"
+                                "  pi5: {address: 192.168.100.8}\n")
+    path = tmp_path / "pair.yaml"
+    path.write_text(cluster_text)
+    good_balancer = {"keepalived": {"pi-web": {"vrrp": {"state": "MASTER", "since": 1.0},
+                                               "health": []}},
+                     "services": [{"service": "tcp 192.168.100.10:80", "scheduler": "wlc",
+                                   "connections": 3, "conns_per_s": 0, "real_servers": []}],
+                     "drift": []}
+    answers = {
+        "lb1": json.dumps(good_balancer),
+        "lb2": "null",
+        "pi1": json.dumps({"vips_on_lo": ["192.168.100.10"],
+                           "arp": {"all": {"arp_ignore": "1", "arp_announce": "2"}}}),
+        "pi2": "[]",
+        "pi3": json.dumps({"vips_on_lo": ["\x1b]0;owned\x07\x1b[2J"], "arp": {"all": {}}}),
+        "pi4": json.dumps({"vips_on_lo": ["x" * (10 << 20)], "arp": {"all": {}}}),
+        # A balancer whose table lacks what the view reads: a render failure.
+        "pi5": json.dumps({"vips_on_lo": [], "arp": {"all": []}}),
+    }
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        return {t.node: Outcome(t, 0, answers[t.node], "") for t in targets_}
+    monkeypatch.setattr(cluster_status, "run_on_each", on_each)
+    out = io.StringIO()
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, no_drift=False,
+                           json=False)
+    assert cluster_status.run(args, out) == 1
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert lines[0] == "cluster pi-web: 7 node(s), 3 not reporting (lb2, pi2, pi5)"
+    assert "balancer lb1 (192.168.100.2): VRRP MASTER" in text
+    assert "worker pi1 (192.168.100.3): VIPs on lo 192.168.100.10; ARP arp_ignore=1" in text
+    assert ("balancer lb2 (192.168.100.5): lbctl status answered JSON that is not a node's "
+            "status (a JSON NoneType, not an object)") in lines
+    assert ("worker pi2 (192.168.100.4): lbctl status answered JSON that is not a node's "
+            "status (a JSON list, not an object)") in lines
+    assert [line for line in lines if line.startswith("worker pi5 ")] == [
+        "worker pi5 (192.168.100.8): lbctl status answered what this lbctl cannot show "
+        "(AttributeError: 'list' object has no attribute 'get')"]
+    assert "\x1b" not in text and "\x07" not in text
+    assert "worker pi3 (192.168.100.6): VIPs on lo ?]0;owned??[2J;" in text
+    # Each node is one block; the 10 MB answer is cut, and nothing else is lost.
+    assert sum(1 for line in lines if line.startswith(("balancer ", "worker "))) == 7
+    assert len(text) < 20000
+    assert any(line.endswith(" characters)") and line.startswith("worker pi4 ") for line in lines)
