@@ -26,25 +26,43 @@ def node_locked(root, cluster_name, timeout=300.0, poll=0.2, holder=None):
 
     layout = Layout(cluster_name, root)
     path = layout.real(layout.lock)
-    ensure_dir(root, os.path.dirname(layout.lock))
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + timeout
+    while True:
+        ensure_dir(root, os.path.dirname(layout.lock))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                other = _holder_of(fd)
+                os.close(fd)
+                raise NodeError(f"another lbctl ({other}) has been changing "
+                                f"cluster {cluster_name} on this node for over "
+                                f"{timeout:.0f}s; it holds {layout.lock}") from None
+            os.close(fd)
+            time.sleep(poll)
+            continue
+        if _still_the_lock(fd, path):
+            break
+        # `apply --remove` deleted the file while this one waited on it: a
+        # lock on a file nobody else can open is no lock.  Take the new one.
+        os.close(fd)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise NodeError(f"another lbctl ({_holder_of(fd)}) has been changing "
-                                    f"cluster {cluster_name} on this node for over "
-                                    f"{timeout:.0f}s; it holds {layout.lock}") from None
-                time.sleep(poll)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {holder or _this_command()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)  # and with it the lock
+
+
+def _still_the_lock(fd, path):
+    """Whether the file locked through `fd` is still the one at `path`."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _this_command():

@@ -1,5 +1,6 @@
 """One apply, drain or undrain at a time per cluster and node."""
 
+import os
 import subprocess
 import sys
 import threading
@@ -61,3 +62,40 @@ def test_two_at_once_both_finish_one_after_the_other(tmp_path):
     for t in threads:
         t.join()
     assert overlap == [0, 0, 0]
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_held_by_two_afterwards(tmp_path):
+    """apply --remove deletes the lock file while holding it.  One that waited
+    on the old file and one that comes after must still take turns."""
+    from lbctl.layout import Layout
+
+    layout = Layout("pi-web", str(tmp_path))
+    first_in, waiting, inside, overlap = threading.Event(), threading.Event(), [], []
+
+    def remover():
+        with node_locked(str(tmp_path), "pi-web", poll=0.01):
+            first_in.set()
+            waiting.wait(5)
+            time.sleep(0.2)  # the waiter is polling the old file now
+            os.unlink(layout.real(layout.lock))  # as apply --remove does
+
+    def one(name):
+        with node_locked(str(tmp_path), "pi-web", poll=0.01):
+            overlap.append((name, list(inside)))
+            inside.append(name)
+            time.sleep(0.3)
+            inside.remove(name)
+
+    a = threading.Thread(target=remover)
+    a.start()
+    first_in.wait(5)
+    b = threading.Thread(target=one, args=("waiter",))
+    b.start()
+    waiting.set()
+    a.join()
+    c = threading.Thread(target=one, args=("newcomer",))
+    c.start()
+    b.join()
+    c.join()
+    assert sorted(name for name, _ in overlap) == ["newcomer", "waiter"]
+    assert all(others == [] for _, others in overlap), overlap
