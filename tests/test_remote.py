@@ -94,10 +94,13 @@ def test_the_ssh_command_quotes_every_word_and_uses_the_file_s_settings():
     found = targets(cluster)
     argv = ssh_argv(found["lb1"], ["apply", "-", "--node", "lb1"], ssh_config="/etc/x y")
     assert argv[:6] == ["ssh", "-T", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
-    assert argv[10:18] == ["-F", "/etc/x y", "-l", "pi", "-p", "2222", "--", "lb1.lan"]
+    # The user's agent and X display stay at home.
+    options = {argv[i + 1] for i, word in enumerate(argv) if word == "-o"}
+    assert {"ForwardAgent=no", "ForwardX11=no"} <= options
+    assert argv[-9:-1] == ["-F", "/etc/x y", "-l", "pi", "-p", "2222", "--", "lb1.lan"]
     # A user other than root runs lbctl through sudo; the remote shell sees one quoted line.
     words = ["lbctl", "--expect-version", __version__, "apply", "-", "--node", "lb1"]
-    assert argv[18] == (f'if [ "$(id -u)" = 0 ]; then exec {shlex.join(words)}; '
+    assert argv[-1] == (f'if [ "$(id -u)" = 0 ]; then exec {shlex.join(words)}; '
                         f'else exec sudo -n {shlex.join(words)}; fi')
     assert found["pi1"].host == "192.168.100.3"  # by default a node is reached at its address
     # The login may come from ~/.ssh/config: sudo unless the file says root.

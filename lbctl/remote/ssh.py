@@ -91,7 +91,10 @@ def ssh_argv(target, lbctl_args, ssh_config=None):
     """The ssh command line that runs `lbctl lbctl_args` on the target."""
     argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
             # A node that vanishes mid-command (power, cable) is noticed in a minute.
-            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4"]
+            "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
+            # A rollout lends no node the user's agent or display, whatever
+            # ~/.ssh/config says (options given here win over it).
+            "-o", "ForwardAgent=no", "-o", "ForwardX11=no"]
     if ssh_config:
         argv += ["-F", ssh_config]
     if target.user:
