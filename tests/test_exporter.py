@@ -180,3 +180,26 @@ def test_a_pair_made_one_balancer_shows_no_vrrp_role_left_from_the_pair(tmp_path
     text = generate_latest(registry).decode()
     assert "lbctl_vrrp_state{" not in text
     assert 'lbctl_worker_healthy{cluster="pi-web",service="web",worker="pi1"} 1.0' in text
+
+
+@pytest.mark.parametrize("failure", [OSError(28, "No space left on device"),
+                                     RuntimeError("unexpected")])
+def test_an_apply_that_fails_with_any_error_is_recorded_as_failed(tmp_path, monkeypatch, failure):
+    from types import SimpleNamespace
+
+    from lbctl.commands import apply
+    from lbctl.last_apply import read_last_apply
+
+    path = tmp_path / "pi-web.yaml"
+    path.write_text(PI_SINGLE)
+
+    def failing(args, out, cluster, reached):
+        reached["role"] = "balancer"
+        raise failure
+    monkeypatch.setattr(apply, "_apply", failing)
+    args = SimpleNamespace(file=str(path), root=str(tmp_path), remove=False)
+    record_last_apply(str(tmp_path), "pi-web", True, now=1.0)
+    with pytest.raises(type(failure)):
+        apply.run(args, None)
+    found = read_last_apply(str(tmp_path), "pi-web")
+    assert found["ok"] is False and str(failure) in found["error"], found

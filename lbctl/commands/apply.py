@@ -2,7 +2,7 @@ import time
 
 from lbctl.config import load_cluster
 from lbctl.drains import describe_drains
-from lbctl.errors import LbctlError, UsageError
+from lbctl.errors import UsageError
 from lbctl.execute import execute, note_loaded
 from lbctl.last_apply import record_last_apply
 from lbctl.lock import node_locked
@@ -17,8 +17,8 @@ def run(args, out):
     try:
         with node_locked(args.root, cluster.name):
             code = _apply(args, out, cluster, reached)
-    except LbctlError as exc:
-        _record(args, cluster, reached, False, str(exc))
+    except Exception as exc:  # any failure: an OSError is as much a failed apply
+        _record(args, cluster, reached, False, str(exc) or type(exc).__name__)
         raise
     _record(args, cluster, reached, code == 0)
     return code
