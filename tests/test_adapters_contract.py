@@ -53,6 +53,28 @@ def test_files_root_writes_atomically_with_the_requested_mode(tmp_path):
     assert files.readlink("/etc/wants/u.service") is None
 
 
+def test_files_root_syncs_the_folder_of_each_rename_and_removal(tmp_path, monkeypatch):
+    """A drain record written, or removed by undrain, must outlive a power cut."""
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode) and os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    files = FilesRoot(str(tmp_path))
+    files.write("/var/lib/lbctl/drained/pi-web.json", "{}\n", 0o644)
+    folder = str(tmp_path / "var/lib/lbctl/drained")
+    assert synced == [False, folder]  # the file's data, then the folder's entry
+    synced.clear()
+    files.remove("/var/lib/lbctl/drained/pi-web.json")
+    assert synced == [folder]
+    synced.clear()
+    files.remove("/var/lib/lbctl/drained/pi-web.json")  # gone already: nothing to sync
+    files.symlink("/etc/systemd/system/multi-user.target.wants/x.service", "/dev/null")
+    assert synced == [str(tmp_path / "etc/systemd/system/multi-user.target.wants")]
+
+
 def test_folders_are_made_0755_whatever_the_umask(tmp_path):
     old = os.umask(0o077)
     try:

@@ -88,12 +88,15 @@ class FilesRoot:
         except BaseException:
             os.unlink(tmp)
             raise
+        sync_dir(directory)
 
     def remove(self, path):
+        real = self._real(path)
         try:
-            os.unlink(self._real(path))
+            os.unlink(real)
         except FileNotFoundError:
-            pass
+            return
+        sync_dir(os.path.dirname(real))
 
     def readlink(self, path):
         try:
@@ -109,6 +112,18 @@ class FilesRoot:
             os.unlink(tmp)
         os.symlink(target, tmp)
         os.replace(tmp, real)
+        sync_dir(os.path.dirname(real))
+
+
+def sync_dir(directory):
+    """A rename or unlink in `directory` survives a power cut only once the
+    directory itself is on disk: a drain, or a drain taken back, must outlive
+    the reboot that follows it."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def remove_runtime_dirs(root, cluster_name):
