@@ -735,3 +735,19 @@ def test_running_asks_systemd_and_reads_the_pid_file_when_systemd_cannot_answer(
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_a_fresh_start_empties_the_state_folder_whatever_the_script_user_left(tmp_path):
+    from lbctl.adapters.keepalived import empty_folder
+
+    state = tmp_path / "state"
+    (state / "sub" / "deeper").mkdir(parents=True)
+    (state / "sub" / "deeper" / "f").write_text("x")
+    (state / "health.web@pi1").write_text("up 1\n")
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (state / "link").symlink_to(outside)
+    (state / "sub" / "link").symlink_to(outside)
+    empty_folder(str(state))
+    assert state.is_dir() and list(state.iterdir()) == []
+    assert (outside / "keep").is_dir()  # links were removed, not followed

@@ -131,10 +131,8 @@ class KeepalivedProcess:
         self.prepare()
         fresh = self._pid() is None
         if fresh:
-            state_dir = self.layout.real(self.layout.state_dir)
             # State from an earlier run would show health keepalived no longer has.
-            for name in os.listdir(state_dir):
-                os.unlink(os.path.join(state_dir, name))
+            empty_folder(self.layout.real(self.layout.state_dir))
         if self.bird:
             ensure_dir(self.layout.root, self.layout.announce_dir)
             if fresh:
@@ -295,6 +293,20 @@ class KeepalivedProcess:
                 return
             time.sleep(0.05)
         raise ApplyError(verb, name, f"not done after {timeout}s; see {self._log(name)}")
+
+
+def empty_folder(path):
+    """Everything in `path` removed, the folder kept.  The script user owns
+    it and may have left a folder or a link there: links are removed, not
+    followed, and folders go with what is in them."""
+    import shutil
+
+    for name in os.listdir(path):
+        entry = os.path.join(path, name)
+        if os.path.isdir(entry) and not os.path.islink(entry):
+            shutil.rmtree(entry)  # without following links in it
+        else:
+            os.unlink(entry)
 
 
 def sync_offers(layout):
