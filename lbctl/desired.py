@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from lbctl.config.model import DestKey
+from lbctl.config.model import DestKey, Mode
 from lbctl.errors import NodeError
 from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
 from lbctl.layout import (
@@ -158,32 +158,32 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
                           if spec.in_use(key.service.protocol)}
     state.drained = set(drained)
     state.sysctls = dict(BALANCER_SYSCTLS)
-    state.sysctls.update({"failover": PAIR_SYSCTLS, "ecmp": ECMP_SYSCTLS}.get(cluster.mode, {}))
+    state.sysctls.update({Mode.FAILOVER: PAIR_SYSCTLS, Mode.ECMP: ECMP_SYSCTLS}.get(cluster.mode, {}))
     state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout,
                                                                state.draining, state.drained))
     _saved_copy(state, cluster, boot)
     scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
-    if cluster.mode == "failover":
+    if cluster.mode == Mode.FAILOVER:
         scripts[layout.takeover] = TAKEOVER_SCRIPT
         state.files[layout.takeover_rules] = FileSpec(render_takeover_rules(cluster, layout))
-    if cluster.mode == "ecmp":
+    if cluster.mode == Mode.ECMP:
         scripts[layout.announce] = ANNOUNCE_SCRIPT
         _ecmp_files(state, cluster, node, interface, layout)
     for path, name in scripts.items():
         state.files[path] = FileSpec(script_text(name), 0o755)
-    vips = {Address(vip, "lo" if cluster.mode == "ecmp" else interface) for vip in cluster.vips}
-    if cluster.mode == "failover":
+    vips = {Address(vip, "lo" if cluster.mode == Mode.ECMP else interface) for vip in cluster.vips}
+    if cluster.mode == Mode.FAILOVER:
         state.external = vips  # VRRP moves them between the pair
     else:
         state.addresses = vips  # nothing to fail over to: lbctl holds them itself
-    if cluster.mode == "single":
+    if cluster.mode == Mode.SINGLE:
         # keepalived starts the pair's sync daemons, but a reload into a
         # config without them leaves them running (only its stop ends them).
         state.stray_sync = (interface, cluster.vrrp.router_id)
     # A pair's VIPs come from VRRP; the others' unit puts them back at boot.
-    boot_vips = [] if cluster.mode == "failover" else sorted(vips)
+    boot_vips = [] if cluster.mode == Mode.FAILOVER else sorted(vips)
     _enable(state, "keepalived", render_keepalived_unit(layout, state.sysctls, boot_vips,
-                                                        bird=cluster.mode == "ecmp"))
+                                                        bird=cluster.mode == Mode.ECMP))
     programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
                          if svc.health is not None and svc.health.kind == "exec")
     daemon_files = frozenset([layout.conf, *scripts, layout.takeover_rules, layout.bird_conf,

@@ -12,6 +12,7 @@ from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
+from lbctl.config.model import Mode
 from lbctl.drains import NewerDrainRecord, drained_dests, read_drains
 from lbctl.desired import (
     BootApply, desired_state, find_node, leaving_real_servers, role_of, strip_saved_copy_header,
@@ -80,8 +81,8 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         ipvs = IpvsNetlink()
         # Also for the netlink engine: a balancer leaving keepalived stops it.
         layout = Layout(cluster.name, root)
-        keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.mode == "failover",
-                                       bird=not remove and cluster.mode == "ecmp")
+        keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.mode == Mode.FAILOVER,
+                                       bird=not remove and cluster.mode == Mode.ECMP)
     boot = _boot_apply(cluster, root) if is_balancer else None
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}

@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from lbctl import __version__
 from lbctl.config import load_cluster
+from lbctl.config.model import Mode
 from lbctl.plan import DEFERRED_MARK, DRAINING_MARK
 from lbctl.remote.fleet import back_in_service, balancers_now, bgp_offers, rollout_stages, select
 from lbctl.remote.ssh import run_on_each
@@ -23,7 +24,7 @@ def run(args, out):
     if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
         return 1
     serving = {}
-    if cluster.mode == "ecmp" and not args.remove:
+    if cluster.mode == Mode.ECMP and not args.remove:
         # What each balancer offers the router before any of them changes.
         balancers = [t for t in selected if t.role == "balancer"]
         serving = bgp_offers(cluster, balancers, args.ssh_config) if balancers else {}

@@ -12,6 +12,7 @@ undrain-balancer.
 
 import time
 
+from lbctl.config.model import Mode
 from lbctl.errors import LbctlError, NodeError
 
 # No packet for this long: the router sends this balancer none.  The kernel
@@ -36,7 +37,7 @@ def run(args, out):
 
         name = load_cluster(args.file).name
     cluster, _saved = applied_cluster(args.root, name)
-    if cluster.mode != "ecmp":
+    if cluster.mode != Mode.ECMP:
         raise NodeError(f"{args.command}: cluster {cluster.name} is not of mode ecmp; a "
                         "single balancer or a failover pair has no routes to withdraw")
     node = find_node(cluster, local_ipv4_addresses(), args.balancer)

@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import asdict
 
+from lbctl.config.model import Mode
 from lbctl.layout import RUN_DIR, Layout
 from lbctl.state import FWD_DIRECT_ROUTING
 
@@ -195,18 +196,18 @@ def keepalived_states(root, clusters=None, bgp=False):
                   for service, worker, r in workers_health(reported)]
         config = running.get(cluster)
         if config is not None:
-            if config.mode != "failover":
+            if config.mode != Mode.FAILOVER:
                 vrrp = None  # no VRRP instance: a report left from when it was a pair
             health = _checks_run(config, health)
         found[cluster] = {
             # False: the config runs no VRRP (one balancer); None: no saved copy says.
-            "pair": None if config is None else config.mode == "failover",
+            "pair": None if config is None else config.mode == Mode.FAILOVER,
             "mode": None if config is None else config.mode,
             "vrrp": None if vrrp is None else {"state": vrrp.state, "since": vrrp.since},
             "transitions": read_transitions(state_dir),
             "health": health,
         }
-        if bgp and config is not None and config.mode == "ecmp":
+        if bgp and config is not None and config.mode == Mode.ECMP:
             from lbctl.bgp import bgp_report
 
             found[cluster]["bgp"] = bgp_report(layout.real(layout.bird_socket))

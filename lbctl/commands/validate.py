@@ -1,4 +1,5 @@
 from lbctl.config import load_cluster
+from lbctl.config.model import Mode
 
 
 def run(args, out):
@@ -11,7 +12,7 @@ def run(args, out):
 
 
 def _balancers(cluster):
-    if cluster.mode == "ecmp":
+    if cluster.mode == Mode.ECMP:
         return (f"mode ecmp: every balancer active, announcing the VIPs over BGP to "
                 f"{cluster.bgp.router} (AS {cluster.bgp.router_as})")
     return f"balancers run by {cluster.engine}"

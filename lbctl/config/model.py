@@ -6,6 +6,7 @@ are safe to render into other files, and references resolve.
 
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from ipaddress import IPv4Address, IPv4Network
 
 SCHEDULERS = ("rr", "wrr", "lc", "wlc", "lblc", "lblcr", "dh", "sh", "sed", "nq",
@@ -124,9 +125,13 @@ class Bgp:
     bfd: Bfd | None = None
 
 
-# How the balancers share the work: one alone, a VRRP pair (one active), or
-# all active behind the router's ECMP.
-MODES = ("single", "failover", "ecmp")
+class Mode(StrEnum):
+    """How the balancers share the work, decided by Cluster.mode alone."""
+
+    SINGLE = "single"  # one balancer alone
+    FAILOVER = "failover"  # a VRRP pair: one active, the other ready
+    ECMP = "ecmp"  # all active behind the router's ECMP, announced by BGP
+
 
 
 @dataclass(frozen=True)
@@ -222,10 +227,10 @@ class Cluster:
 
     @property
     def mode(self):
-        """One of MODES: how the balancers share the work, decided here only."""
+        """How the balancers share the work (a Mode), decided here only."""
         if self.bgp is not None:
-            return "ecmp"
-        return "failover" if len(self.balancers) > 1 else "single"
+            return Mode.ECMP
+        return Mode.FAILOVER if len(self.balancers) > 1 else Mode.SINGLE
 
     @property
     def engine(self):

@@ -4,7 +4,7 @@ Each check returns findings for this node only; what only the wire shows
 (who answers ARP, whether a worker takes a direct-routed SYN) is in wire.py.
 """
 
-from lbctl.config.model import SCHEDULERS
+from lbctl.config.model import SCHEDULERS, Mode
 from lbctl.doctor.facts import Route
 from lbctl.doctor.report import Finding
 
@@ -227,7 +227,7 @@ def _ipvs_modules(cluster, name, facts):
 def _balancer_vips(cluster, name, ifname, facts, file_hint):
     """A single balancer holds every VIP on its LAN interface.  Of a pair, only
     the master does; which one that is shows on the wire (wire.py)."""
-    if cluster.mode != "single":
+    if cluster.mode != Mode.SINGLE:
         return []
     held = {ip for ip, _p in facts.addresses_on(ifname)}
     return [Finding(name, "vip-not-on-balancer",
@@ -241,7 +241,7 @@ def _routed_vips(cluster, name, ifname, facts, file_hint):
     """Mode ecmp: the router sends a VIP's packets to each balancer by BGP, so a
     balancer holds every VIP on lo and answers no ARP for them, as a worker
     does.  (The wire check cannot hear the host that probes answer.)"""
-    if cluster.mode != "ecmp":
+    if cluster.mode != Mode.ECMP:
         return []
     services = sorted(cluster.services.values(), key=lambda s: s.name)
     lan = facts.lan_interfaces(cluster, ifname)

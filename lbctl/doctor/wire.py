@@ -8,6 +8,7 @@ Pi seconds.  The analysis is a pure function of what was heard.
 import random
 from dataclasses import dataclass, field
 
+from lbctl.config.model import Mode
 from lbctl.doctor.report import Finding
 
 REPLY_WAIT = 2.0  # seconds to collect answers; an emulated or busy LAN is slow
@@ -180,7 +181,7 @@ def wire_findings(cluster, heard, here, ifname, file_hint):
                 f"connect {name} to the balancers' switch and VLAN, and check it is up"))
     # In mode ecmp the router sends the VIPs to the balancers by BGP: no host
     # should answer ARP for one, a balancer included (it holds them on lo).
-    routed = cluster.mode == "ecmp"
+    routed = cluster.mode == Mode.ECMP
     for vip, macs in sorted(heard.vip_macs.items()):
         who = ", ".join(f"{owner.get(m, 'unknown host')} ({m})" for m in macs) or "nobody"
         evidence = f"who-has {vip} on {ifname} answered by {who}"

@@ -2,6 +2,7 @@
 
 import json
 
+from lbctl.config.model import Mode
 from lbctl.errors import NodeError
 from lbctl.remote.ssh import run_on_each, targets
 
@@ -45,7 +46,7 @@ def advert_changes(cluster, reported):
     VIPs over until the master had the new config.  So the master goes first."""
     from lbctl.render.keepalived import vrrp_anchor
 
-    if cluster.mode != "failover" or not reported:
+    if cluster.mode != Mode.FAILOVER or not reported:
         # Only a pair takes turns by VRRP role: a lone balancer has no peer
         # to hear, and may run no VRRP at all (no vrrp section, no anchor).
         return False
@@ -68,7 +69,7 @@ def rollout_stages(cluster, selected, balancers_now, removing=False):
     balancers = [t for t in selected if t.role == "balancer"]
     if workers and not removing:
         yield "workers", workers
-    if cluster.mode in ("ecmp", "single"):
+    if cluster.mode in (Mode.ECMP, Mode.SINGLE):
         # In mode ecmp every balancer is active: one at a time, in the file's
         # order, while the others serve.
         staged = [("balancer", t) for t in balancers]
@@ -88,7 +89,7 @@ def balancers_now(cluster, selected, ssh_config):
     """{balancer: {"state": VRRP state now, "advertised_addresses": [...]}}, asked only
     when a pair is to be taken in turn; None for a balancer that did not say."""
     balancers = [t for t in selected if t.role == "balancer"]
-    if len(balancers) < 2 or cluster.mode != "failover":
+    if len(balancers) < 2 or cluster.mode != Mode.FAILOVER:
         return {}
     outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
                                                  "--no-drift"], cluster.text, ssh_config)

@@ -1,6 +1,7 @@
 """keepalived.conf for a balancer, and the hooks it runs."""
 
 
+from lbctl.config.model import Mode
 from lbctl.render.bird import announce_key
 from lbctl.render.templates import render, template_text
 
@@ -26,7 +27,7 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=(), draine
     connections; they stay at weight 0 until idle.  `drained`: DestKeys
     `lbctl drain` took out; weight 0, checks still running."""
     balancer = cluster.balancers[node]
-    pair = cluster.mode == "failover"
+    pair = cluster.mode == Mode.FAILOVER
     anchor = vrrp_anchor(cluster) if pair else None
     peers = [b.address for name, b in cluster.balancers.items() if name != node] if pair else []
     leaving = {svc.name: sorted((key.address, key.port) for key in draining
@@ -46,7 +47,7 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=(), draine
                   takeover=f"{layout.real(layout.takeover)} {layout.real(layout.takeover_rules)} "
                            f"{layout.nft_table} {anchor}",
                   state_dir=layout.real(layout.state_dir),
-                  announce=" ".join(layout.announce_argv()) if cluster.mode == "ecmp" else None,
+                  announce=" ".join(layout.announce_argv()) if cluster.mode == Mode.ECMP else None,
                   announce_keys={svc.name: announce_key(svc) for svc in cluster.services.values()})
 
 
