@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 from lbctl.adapters.protocols import IpvsOp
 from lbctl.errors import ApplyError
 from lbctl.ownership import write_ownership
-from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, KEEPALIVED, REMOVE
 from lbctl.layout import Layout
+from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, IPVS_KINDS, KEEPALIVED, REMOVE, Kind
 from lbctl.state import DestSpec
-
-IPVS_KINDS = ("service", "real server")
 
 
 @dataclass
@@ -30,7 +28,7 @@ class ApplyReport:
 
 def execute(plan, adapters):
     report = ApplyReport()
-    stop = [c for c in plan.changes if c.kind == "keepalived" and c.action == REMOVE]
+    stop = [c for c in plan.changes if c.kind == Kind.KEEPALIVED and c.action == REMOVE]
     if stop:
         _run_daemon(adapters, stop, report, plan.cluster)
         report.replan = True
@@ -54,8 +52,8 @@ def _make_changes(plan, adapters, report):
     removes = [c for c in plan.changes if c.action in (DRAIN, REMOVE)]
     report.pending += [c for c in plan.changes if c.action == DRAINING]
 
-    daemon = [c for c in adds if c.kind == "keepalived"]
-    _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS + ("keepalived",)], report)
+    daemon = [c for c in adds if c.kind == Kind.KEEPALIVED]
+    _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS + (Kind.KEEPALIVED,)], report)
     handover = [c for c in adds if c.handover]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in handover], handover, report)
     reloaded = 0  # how many of report.done systemd has seen
@@ -96,7 +94,7 @@ LBCTL_SERVICE_SUFFIX = "-exporter.service"
 
 def _lbctl_services(changes):
     return sorted({os.path.basename(c.key) for c in changes
-                   if c.kind == "file" and c.key.endswith(LBCTL_SERVICE_SUFFIX)})
+                   if c.kind == Kind.FILE and c.key.endswith(LBCTL_SERVICE_SUFFIX)})
 
 
 def _run_units(verb, units, files):
@@ -113,7 +111,7 @@ def _run_units(verb, units, files):
 
 def _reload_units(report, files, since):
     """Tell systemd about units changed in report.done[since:]; returns the new mark."""
-    changed = any(c.kind in ("file", "link") and c.key.endswith(".service")
+    changed = any(c.kind in (Kind.FILE, Kind.LINK) and c.key.endswith(".service")
                   for c in report.done[since:])
     if files.root == "/" and changed:
         _systemd_reload()
@@ -123,13 +121,13 @@ def _reload_units(report, files, since):
 def _test_daemon_config(plan, adapters):
     """keepalived checks a changed config before anything on the node changes."""
     for change in plan.changes:
-        daemon = change.new if change.kind == "keepalived" else None
+        daemon = change.new if change.kind == Kind.KEEPALIVED else None
         if daemon is None:
             continue
         # Also when only a start is due: a missing keepalived stops apply here.
         adapters.keepalived.prepare(daemon.programs)
         config = next((c.new.content for c in plan.changes
-                       if c.kind == "file" and c.key == daemon.config), None)
+                       if c.kind == Kind.FILE and c.key == daemon.config), None)
         if config is None:
             return
         problems = adapters.keepalived.test(config)
@@ -165,7 +163,7 @@ def note_loaded(files, cluster_name, daemon):
 
 def _ipvs_op(change):
     verb = {ADD: "add", CHANGE: "set", REMOVE: "del"}[change.action]
-    if change.kind == "service":
+    if change.kind == Kind.SERVICE:
         return IpvsOp(verb, "service", change.key, change.new)
     return IpvsOp(verb, "dest", change.key.service, change.new, change.key)
 
@@ -203,29 +201,41 @@ def _drain(adapters, drains, report):
                 idle, report)
 
 
+def _address(adapters, change):
+    (adapters.addresses.add if change.action == ADD else adapters.addresses.remove)(change.key)
+
+
+def _file(adapters, change):
+    if change.action == REMOVE:
+        adapters.files.remove(change.key)
+    else:
+        adapters.files.write(change.key, change.new.content, change.new.mode)
+
+
+def _link(adapters, change):
+    if change.action == REMOVE:
+        adapters.files.remove(change.key)
+    else:
+        adapters.files.symlink(change.key, change.new)
+
+
+# How each kind of change made one at a time is carried out.  IPVS changes go
+# in batches (_apply_ipvs) and the daemon's through _run_daemon.
+LOCAL_HANDLERS = {
+    Kind.ADDRESS: _address,
+    Kind.SYSCTL: lambda adapters, c: adapters.sysctls.write(c.key, c.new),
+    Kind.IPVS_TIMEOUT: lambda adapters, c: adapters.ipvs.set_timeouts({c.key: c.new}),
+    Kind.SYNC_DAEMON: lambda adapters, c: adapters.ipvs.stop_sync_daemon(c.key),
+    Kind.FILE: _file,
+    Kind.LINK: _link,
+    Kind.SYSTEMD: lambda adapters, c: _systemd_reload(),
+}
+
+
 def _apply_local(adapters, changes, report):
     for change in changes:
         try:
-            if change.kind == "address":
-                (adapters.addresses.add if change.action == ADD else adapters.addresses.remove)(change.key)
-            elif change.kind == "sysctl":
-                adapters.sysctls.write(change.key, change.new)
-            elif change.kind == "ipvs timeout":
-                adapters.ipvs.set_timeouts({change.key: change.new})
-            elif change.kind == "sync daemon":
-                adapters.ipvs.stop_sync_daemon(change.key)
-            elif change.kind == "file":
-                if change.action == REMOVE:
-                    adapters.files.remove(change.key)
-                else:
-                    adapters.files.write(change.key, change.new.content, change.new.mode)
-            elif change.kind == "systemd":
-                _systemd_reload()
-            elif change.kind == "link":
-                if change.action == REMOVE:
-                    adapters.files.remove(change.key)
-                else:
-                    adapters.files.symlink(change.key, change.new)
+            LOCAL_HANDLERS[change.kind](adapters, change)
         except Exception as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             raise ApplyError(_verb(change), f"{change.kind} {change.key}", reason) from exc
@@ -239,7 +249,7 @@ def _announce(adapters, plan, report):
     now, with the services that serve them in place, so the traffic the
     announcement pulls in is served.  (A worker's VIPs, on lo, never are.)
     The addresses work unannounced, so a failure is a warning, not a failed apply."""
-    added = [c.key for c in report.done if c.kind == "address" and c.action == ADD
+    added = [c.key for c in report.done if c.kind == Kind.ADDRESS and c.action == ADD
              and c.key.ifname != "lo"]  # an ECMP balancer's, which the router routes to it
     if plan.role != "balancer" or not added:
         return
@@ -257,11 +267,11 @@ def _verb(change):
 
 
 def _ipvs_reason(change, code):
-    if change.kind == "real server" and code == errno.EINVAL:
+    if change.kind == Kind.REAL_SERVER and code == errno.EINVAL:
         return (f"the kernel refused it (EINVAL): {change.key.address} has no route from this "
                 "balancer or is not a unicast address; direct routing needs the real server "
                 "on a directly connected network")
-    if change.kind == "service" and code == errno.ENOENT and change.new is not None:
+    if change.kind == Kind.SERVICE and code == errno.ENOENT and change.new is not None:
         return (f"scheduler {change.new.scheduler} is not available in this kernel "
                 f"(module ip_vs_{change.new.scheduler} missing)")
     if code == errno.EEXIST:

@@ -20,7 +20,7 @@ from lbctl.desired import (
 from lbctl.errors import NodeError
 from lbctl.observe import node_interface, observe
 from lbctl.ownership import read_ownership, sysctls_of_other_clusters
-from lbctl.plan import make_plan
+from lbctl.plan import Kind, make_plan
 from lbctl.state import NodeState
 
 
@@ -174,7 +174,7 @@ def _reload_stale_units(plan):
     """A daemon-reload first, when systemd runs an older copy of a unit of
     lbctl's than the one on disk: an apply cut short after writing it, or an
     edit by hand.  Otherwise the next start or restart would use the old one."""
-    written = {c.key for c in plan.changes if c.kind in ("file", "link")}
+    written = {c.key for c in plan.changes if c.kind in (Kind.FILE, Kind.LINK)}
     units = sorted(os.path.basename(path) for path in plan.owned_after.files
                    if path.endswith(".service") and path not in written)
     if not units or not os.path.isdir("/run/systemd/system"):
@@ -185,6 +185,6 @@ def _reload_stale_units(plan):
     shown = run([SYSTEMCTL, "show", "--property=NeedDaemonReload", "--value", *units])
     stale = [unit for unit, flag in zip(units, shown.stdout.split()) if flag == "yes"]
     if stale:
-        plan.changes.insert(0, Change(CHANGE, "systemd", "daemon-reload",
+        plan.changes.insert(0, Change(CHANGE, Kind.SYSTEMD, "daemon-reload",
                                       note=f": {', '.join(stale)} changed on disk since "
                                            "systemd loaded it"))

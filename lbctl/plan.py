@@ -7,6 +7,7 @@ objects the file declares, or lbctl created earlier, are ever touched.
 """
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from lbctl.state import Ownership
 
@@ -15,10 +16,29 @@ SYMBOLS = {ADD: "+", CHANGE: "~", DRAIN: "-", DRAINING: "~", REMOVE: "-"}
 IPVS, KEEPALIVED = "ipvs", "keepalived"
 
 
+class Kind(StrEnum):
+    """What a Change acts on; its value is how plans print it.  Each kind has
+    one handler in execute.py."""
+
+    ADDRESS = "address"
+    SERVICE = "service"
+    REAL_SERVER = "real server"
+    SYSCTL = "sysctl"
+    IPVS_TIMEOUT = "ipvs timeout"
+    SYNC_DAEMON = "sync daemon"
+    FILE = "file"
+    LINK = "link"
+    SYSTEMD = "systemd"  # systemd told of changed units
+    KEEPALIVED = "keepalived"  # the daemon: start, reload or stop
+
+
+IPVS_KINDS = (Kind.SERVICE, Kind.REAL_SERVER)
+
+
 @dataclass(frozen=True)
 class Change:
     action: str
-    kind: str  # "address", "service", "real server", "sysctl", "file", "link", "keepalived"
+    kind: Kind
     key: object
     new: object = None
     old: object = None
@@ -90,17 +110,17 @@ def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_
             sysctl_originals[key] = None if owned.legacy else now
         if now != value:
             shown = " ".join(value.split())  # vector values read back tab-separated
-            adds.append(Change(CHANGE, "sysctl", key, value, now,
+            adds.append(Change(CHANGE, Kind.SYSCTL, key, value, now,
                                f" = {shown} (now {' '.join((now or 'unset').split())})"))
     for addr in sorted(desired.addresses - observed.addresses):
-        adds.append(Change(ADD, "address", addr))
+        adds.append(Change(ADD, Kind.ADDRESS, addr))
     for path, spec in sorted(desired.files.items()):
         old = observed.files.get(path)
         if old != spec:
-            adds.append(Change(ADD if old is None else CHANGE, "file", path, spec, old))
+            adds.append(Change(ADD if old is None else CHANGE, Kind.FILE, path, spec, old))
     for path, target in sorted(desired.links.items()):
         if observed.links.get(path) != target:
-            adds.append(Change(ADD, "link", path, target, observed.links.get(path),
+            adds.append(Change(ADD, Kind.LINK, path, target, observed.links.get(path),
                                f" -> {target}"))
 
     starting = desired.daemon is not None and observed.daemon is None
@@ -113,16 +133,16 @@ def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_
     for key, spec in sorted(desired.services.items()):
         old = observed.services.get(key)
         if old is None:
-            adds.append(Change(ADD, "service", key, spec, note=_service_note(spec)))
+            adds.append(Change(ADD, Kind.SERVICE, key, spec, note=_service_note(spec)))
         elif old != spec:
-            adds.append(Change(CHANGE, "service", key, spec, old,
+            adds.append(Change(CHANGE, Kind.SERVICE, key, spec, old,
                                f"{_service_note(old)} ->{_service_note(spec)}"))
     for key, spec in sorted(desired.dests.items()):
         old = observed.dests.get(key)
         if old is None:
-            adds.append(Change(ADD, "real server", key, spec, note=f" weight {spec.weight} route"))
+            adds.append(Change(ADD, Kind.REAL_SERVER, key, spec, note=f" weight {spec.weight} route"))
         elif not old.same_config(spec):
-            adds.append(Change(CHANGE, "real server", key, spec, old,
+            adds.append(Change(CHANGE, Kind.REAL_SERVER, key, spec, old,
                                f" weight {old.weight} -> {spec.weight}"))
 
     external = desired.external
@@ -138,15 +158,15 @@ def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_
     for key, spec in sorted(desired.leaving.items()):
         removes.append(_dest_removal(key, spec, force, through=IPVS if starting else KEEPALIVED))
     for key in sorted(leaving_services):
-        removes.append(Change(REMOVE, "service", key, old=observed.services[key]))
+        removes.append(Change(REMOVE, Kind.SERVICE, key, old=observed.services[key]))
     for addr in sorted(observed.addresses & owned.addresses - desired.addresses - external):
-        removes.append(Change(REMOVE, "address", addr))
+        removes.append(Change(REMOVE, Kind.ADDRESS, addr))
     for path in sorted(owned.links - set(desired.links)):
         if path in observed.links:
-            removes.append(Change(REMOVE, "link", path))
+            removes.append(Change(REMOVE, Kind.LINK, path))
     for path in sorted(owned.files - set(desired.files)):
         if path in observed.files:
-            removes.append(Change(REMOVE, "file", path))
+            removes.append(Change(REMOVE, Kind.FILE, path))
     removes += restores
     removes += _stray_sync_daemons(desired, observed)
     # Last, after the VIPs have gone: a worker answers ARP again only once it
@@ -180,7 +200,7 @@ def _stray_sync_daemons(desired, observed):
     """
     if desired.stray_sync is None:
         return []
-    return [Change(REMOVE, "sync daemon", d.role, old=d,
+    return [Change(REMOVE, Kind.SYNC_DAEMON, d.role, old=d,
                    note=f" on {d.interface} syncid {d.syncid} (a pair's, and this balancer "
                         "is alone)")
             for d in sorted(observed.sync_daemons, key=lambda d: d.role)
@@ -189,7 +209,7 @@ def _stray_sync_daemons(desired, observed):
 
 def _sysctl_restores(desired, observed, owned, shared=()):
     """Sysctls lbctl set that the node no longer wants, back to their values from before."""
-    return [Change(REMOVE, "sysctl", key, before, observed.sysctls.get(key),
+    return [Change(REMOVE, Kind.SYSCTL, key, before, observed.sysctls.get(key),
                    f" = {before}, as before lbctl set it (now {observed.sysctls.get(key)})")
             for key, before in sorted(owned.sysctls.items())
             if key not in desired.sysctls and before is not None and key not in shared
@@ -203,13 +223,13 @@ def _handover(desired, observed):
     for key, spec in sorted(desired.start_services.items()):
         old = observed.services.get(key)
         if old is not None and old != spec:
-            changes.append(Change(CHANGE, "service", key, spec, old, handover=True,
+            changes.append(Change(CHANGE, Kind.SERVICE, key, spec, old, handover=True,
                                   note=f"{_service_note(old)} ->{_service_note(spec)}"))
     for key, spec in sorted(desired.start_dests.items()):
         old = observed.dests.get(key)
         if old is not None and not old.same_config(spec):
             why = " (keepalived brings it in once its checks pass)" if spec.weight == 0 else ""
-            changes.append(Change(CHANGE, "real server", key, spec, old, handover=True,
+            changes.append(Change(CHANGE, Kind.REAL_SERVER, key, spec, old, handover=True,
                                   note=f" weight {old.weight} -> {spec.weight}{why}"))
     return changes
 
@@ -236,7 +256,7 @@ def _timeouts(desired, observed, owned, starting=False):
         if name not in owned.timeouts and now is not None:
             originals[name] = now
         if now != value:
-            changes.append(Change(CHANGE, "ipvs timeout", name, value, now,
+            changes.append(Change(CHANGE, Kind.IPVS_TIMEOUT, name, value, now,
                                   f" = {value}s (now {_seconds_or_unset(now)})"))
     restores = [_restore(name, before, observed) for name, before in sorted(owned.timeouts.items())
                 if name not in desired.timeouts
@@ -246,7 +266,7 @@ def _timeouts(desired, observed, owned, starting=False):
 
 def _restore(name, before, observed):
     now = observed.timeouts.get(name)
-    return Change(CHANGE, "ipvs timeout", name, before, now,
+    return Change(CHANGE, Kind.IPVS_TIMEOUT, name, before, now,
                   f" = {before}s, as before lbctl set it (now {now}s)")
 
 
@@ -256,7 +276,7 @@ def _seconds_or_unset(value):
 
 def _daemon_stop(desired, observed):
     if observed.daemon is not None and desired.daemon is None:
-        return [Change(REMOVE, observed.daemon.name, "stop",
+        return [Change(REMOVE, Kind(observed.daemon.name), "stop",
                        note=" (its VIPs and services go with it; lbctl then takes over)")]
     return []
 
@@ -266,17 +286,17 @@ def _daemon_start_or_reload(desired, observed, file_changes):
     if daemon is None:
         return []
     if observed.daemon is None:
-        return [Change(ADD, daemon.name, "start", daemon)]
-    changed = sorted(c.key for c in file_changes if c.kind == "file" and c.key in daemon.files)
+        return [Change(ADD, Kind(daemon.name), "start", daemon)]
+    changed = sorted(c.key for c in file_changes if c.kind == Kind.FILE and c.key in daemon.files)
     if changed:
-        return [Change(CHANGE, daemon.name, "reload", daemon,
+        return [Change(CHANGE, Kind(daemon.name), "reload", daemon,
                        note=f" (changed: {', '.join(changed)})")]
     if not observed.daemon.digest:
-        return [Change(CHANGE, daemon.name, "reload", daemon,
+        return [Change(CHANGE, Kind(daemon.name), "reload", daemon,
                        note=" (no record of what it last loaded: the first apply by this "
                             "lbctl, or one cut short before keepalived took the files)")]
     if observed.daemon.digest != daemon.digest:
-        return [Change(CHANGE, daemon.name, "reload", daemon,
+        return [Change(CHANGE, Kind(daemon.name), "reload", daemon,
                        note=" (it is not known to run the files on disk: a reload was lost, "
                             "or they were changed by hand)")]
     return []
@@ -286,20 +306,20 @@ def _dest_removal(key, spec, force, through=IPVS):
     """How a real server the file no longer lists leaves: at once when idle or
     forced, else weight 0 first and deleted by a later apply once idle."""
     if force:
-        return Change(REMOVE, "real server", key, old=spec, note=" (forced)", through=through)
+        return Change(REMOVE, Kind.REAL_SERVER, key, old=spec, note=" (forced)", through=through)
     busy = spec.in_use(key.service.protocol)
     what = "connections" if key.service.protocol == "udp" else "active connections"
     if spec.weight > 0 and (busy == 0 and through == IPVS):
-        return Change(DRAIN, "real server", key, old=spec,
+        return Change(DRAIN, Kind.REAL_SERVER, key, old=spec,
                       note=" (idle: weight 0, then delete)", through=through)
     if spec.weight > 0 and busy:
-        return Change(DRAIN, "real server", key, old=spec, through=through,
+        return Change(DRAIN, Kind.REAL_SERVER, key, old=spec, through=through,
                       note=f" (weight {spec.weight} -> 0, drain {busy} {what})")
     if busy:
-        return Change(DRAINING, "real server", key, old=spec, through=through,
+        return Change(DRAINING, Kind.REAL_SERVER, key, old=spec, through=through,
                       note=f" draining (weight 0, {busy} {what};"
                            " deleted once idle, or now with --force)")
-    return Change(REMOVE, "real server", key, old=spec, note=" (idle)", through=through)
+    return Change(REMOVE, Kind.REAL_SERVER, key, old=spec, note=" (idle)", through=through)
 
 
 # How `apply --keep-leaving` names what it held back, and how a balancer names

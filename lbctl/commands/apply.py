@@ -8,7 +8,7 @@ from lbctl.last_apply import record_last_apply
 from lbctl.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
 from lbctl.node import load_node
-from lbctl.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, format_plan
+from lbctl.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, Kind, format_plan
 
 
 def run(args, out):
@@ -77,10 +77,10 @@ def vips_the_reload_drops(ctx):
     balancer), which this balancer holds itself from now on.  The plan was
     made while keepalived still held them, so it adds none."""
     daemon = ctx.desired.daemon
-    reloads = any(c.kind == "keepalived" and c.action == CHANGE for c in ctx.plan.changes)
+    reloads = any(c.kind == Kind.KEEPALIVED and c.action == CHANGE for c in ctx.plan.changes)
     if daemon is None or not ctx.desired.addresses or not reloads:
         return set()
-    conf = next((c for c in ctx.plan.changes if c.kind == "file" and c.key == daemon.config),
+    conf = next((c for c in ctx.plan.changes if c.kind == Kind.FILE and c.key == daemon.config),
                 None)
     if conf is None or conf.old is None or "vrrp_instance" not in conf.old.content:
         return set()

@@ -132,12 +132,12 @@ def _worker_dests(cluster, worker, service=None):
 def drain_changes(plan, keys, conf):
     """The part of a plan a drain carries out: the weights of `keys` (netlink
     engine), or keepalived's config `conf` and its reload."""
-    from lbctl.plan import CHANGE
+    from lbctl.plan import CHANGE, Kind
 
     return [c for c in plan.changes
-            if (c.kind == "real server" and c.action == CHANGE and c.key in keys)
-            or (c.kind == "file" and c.key == conf)
-            or (c.kind == "keepalived" and c.key == "reload")]
+            if (c.kind == Kind.REAL_SERVER and c.action == CHANGE and c.key in keys)
+            or (c.kind == Kind.FILE and c.key == conf)
+            or (c.kind == Kind.KEEPALIVED and c.key == "reload")]
 
 
 def _make_weights_follow(ctx, keys, out):
