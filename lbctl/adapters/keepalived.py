@@ -8,6 +8,7 @@ the apply, and finds it again through its pid file.
 import fcntl
 import os
 import pwd
+import shutil
 import signal
 import stat
 import subprocess
@@ -127,8 +128,11 @@ class KeepalivedProcess:
         self._make_run_dirs()
 
     def start(self):
-        """keepalived (and BIRD with it), or whichever of them is not running."""
+        """keepalived (and BIRD with it), or whichever of them is not running.
+        A keepalived that ran already (only BIRD was down) reads its files
+        again: this apply may have changed them."""
         self.prepare()
+        self._stop_unwanted_bird()
         fresh = self._pid() is None
         if fresh:
             # State from an earlier run would show health keepalived no longer has.
@@ -141,11 +145,13 @@ class KeepalivedProcess:
         self._load_takeover_rules(self.takeover)
         if self.use_systemd:
             self._systemctl("start", self.layout.bird_unit if self.bird else None)
-            return
-        if fresh:
-            self._spawn("keepalived", keepalived_argv(self.layout, self.binary), self._pid)
-        if self.bird and self._bird_pid() is None:
-            self._spawn("bird", bird_argv(self.layout, BIRD), self._bird_pid)
+        else:
+            if fresh:
+                self._spawn("keepalived", keepalived_argv(self.layout, self.binary), self._pid)
+            if self.bird and self._bird_pid() is None:
+                self._spawn("bird", bird_argv(self.layout, BIRD), self._bird_pid)
+        if not fresh:
+            self.reload()
 
     def _spawn(self, name, argv, pid):
         """Start a daemon in a session of its own (it outlives apply), logging
@@ -163,6 +169,7 @@ class KeepalivedProcess:
     def reload(self):
         """keepalived reads its config again; in mode ecmp the VIPs on offer
         follow the new file's services, and BIRD reads its config too."""
+        self._stop_unwanted_bird()
         self._load_takeover_rules(self.takeover)
         if self.use_systemd:
             self._systemctl("reload")  # the unit's ExecReload runs the same sync
@@ -191,6 +198,29 @@ class KeepalivedProcess:
                 self._wait(lambda: pid() is None, "stop", name)
                 if name == "bird":
                     time.sleep(1)
+
+    def _stop_unwanted_bird(self):
+        """A BIRD of this cluster the file no longer wants (it left mode ecmp)
+        stops before keepalived reads its new files: the router withdraws this
+        balancer's offers as the session closes, rather than go on sending it
+        flows it would no longer take (a pair's backup, say)."""
+        if self.bird:
+            return
+        if self.use_systemd:
+            unit = self.layout.bird_unit
+            if run([SYSTEMCTL, "is-active", "--quiet", unit]).returncode == SYSTEMCTL_ACTIVE:
+                done = run([SYSTEMCTL, "stop", unit], timeout=SYSTEMD)
+                if done.returncode != 0:
+                    raise ApplyError("stop", f"BIRD ({unit})",
+                                     (done.stderr or done.stdout).strip() or "systemctl failed")
+        else:
+            found = self._bird_pid()
+            if found is None:
+                return
+            os.kill(found, signal.SIGTERM)
+            self._wait(lambda: self._bird_pid() is None, "stop", "bird")
+            time.sleep(1)  # as at any stop: the router moves the flows first
+        shutil.rmtree(self.layout.real(self.layout.announce_dir), ignore_errors=True)
 
     # -- helpers -------------------------------------------------------------
     def _load_takeover_rules(self, wanted):
@@ -299,8 +329,6 @@ def empty_folder(path):
     """Everything in `path` removed, the folder kept.  The script user owns
     it and may have left a folder or a link there: links are removed, not
     followed, and folders go with what is in them."""
-    import shutil
-
     for name in os.listdir(path):
         entry = os.path.join(path, name)
         if os.path.isdir(entry) and not os.path.islink(entry):
