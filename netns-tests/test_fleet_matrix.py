@@ -24,9 +24,8 @@ from clusters import write_cluster
 from conftest import MEASUREMENTS
 from lbctl.config import load_cluster
 from lbctl.lab.routed import RoutedLab
-from lbctl.lab.sshd import LabSsh
 from lbctl.layout import ETC_DIR
-from test_cluster_ssh import order_of
+from test_cluster_ssh import fleet, order_of  # noqa: F401  (fleet: sshd in this lab)
 
 LAN_VIP = "192.168.100.10"
 ROUTED_VIP = "10.200.0.10"
@@ -93,13 +92,6 @@ def lab(tmp_path_factory):
     finally:
         MEASUREMENTS.extend(matrix_lines())
         the_lab.teardown()
-
-
-@pytest.fixture(scope="module")
-def fleet(lab):
-    ssh = LabSsh(lab).setup()
-    yield ssh
-    ssh.stop_all()
 
 
 def slug(mode):
