@@ -123,9 +123,12 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
     # and started from its command line alone (lbctl renders nothing), brings
     # pi2 back at weight 0 once its check passes, and pi1 at the file's weight.
     restart_keepalived_from_its_own_files(lab, "lb2")
-    lab.wait_for(lambda: "health web/pi2: up" in lab.lbctl("lb2", "status").stdout,
-                 timeout=60, what="pi2's check passing on lb2")
-    assert (weight_of(lab, "lb2", "pi1"), weight_of(lab, "lb2", "pi2")) == (1, 0)
+    lab.wait_for(lambda: all(f"health web/{w}: up" in lab.lbctl("lb2", "status").stdout
+                             for w in ("pi1", "pi2")), timeout=60,
+                 what="pi1's and pi2's checks passing on lb2")
+    # Each passed check has set its worker's weight from the config by now.
+    lab.wait_for(lambda: (weight_of(lab, "lb2", "pi1"), weight_of(lab, "lb2", "pi2")) == (1, 0),
+                 timeout=10, what="pi1 at weight 1 and pi2, drained, at 0 on lb2")
 
     # A planned failover in the middle of the drain (lb1's priority lowered by
     # an apply): lb2 takes over, and pi2 stays out.  (A cut cable would also
