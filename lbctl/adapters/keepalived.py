@@ -128,9 +128,7 @@ class KeepalivedProcess:
         self._make_run_dirs()
 
     def start(self):
-        """keepalived (and BIRD with it), or whichever of them is not running.
-        A keepalived that ran already (only BIRD was down) reads its files
-        again: this apply may have changed them."""
+        """keepalived (and BIRD with it), or whichever of them is not running."""
         self.prepare()
         self._stop_unwanted_bird()
         fresh = self._pid() is None
@@ -145,13 +143,11 @@ class KeepalivedProcess:
         self._load_takeover_rules(self.takeover)
         if self.use_systemd:
             self._systemctl("start", self.layout.bird_unit if self.bird else None)
-        else:
-            if fresh:
-                self._spawn("keepalived", keepalived_argv(self.layout, self.binary), self._pid)
-            if self.bird and self._bird_pid() is None:
-                self._spawn("bird", bird_argv(self.layout, BIRD), self._bird_pid)
-        if not fresh:
-            self.reload()
+            return
+        if fresh:
+            self._spawn("keepalived", keepalived_argv(self.layout, self.binary), self._pid)
+        if self.bird and self._bird_pid() is None:
+            self._spawn("bird", bird_argv(self.layout, BIRD), self._bird_pid)
 
     def _spawn(self, name, argv, pid):
         """Start a daemon in a session of its own (it outlives apply), logging
