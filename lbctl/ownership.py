@@ -8,7 +8,7 @@ from ipaddress import IPv4Address
 
 from lbctl.config.model import IPVS_TIMEOUTS, ServiceKey
 from lbctl.errors import NodeError
-from lbctl.layout import Layout
+from lbctl.layout import UNIT_DIR, WANTS_DIR, Layout, unit_name
 from lbctl.state import Address, Ownership
 
 # The record's layout.  A later lbctl that changes it raises this and reads
@@ -44,8 +44,9 @@ def owned_paths_pattern(cluster_name):
     layout).  A record naming anything else was not written by lbctl, and root
     must not unlink it on the record's word."""
     layout = Layout(cluster_name)
-    units = re.escape(layout.unit_file("PURPOSE")).replace("PURPOSE", "[a-z]+")
-    wanted = re.escape(layout.unit_wanted("PURPOSE")).replace("PURPOSE", "[a-z]+")
+    unit = re.escape(unit_name(cluster_name, "")).replace(r"\.service", r"[a-z]+\.service")
+    units = rf"{re.escape(UNIT_DIR)}/{unit}"
+    wanted = rf"{re.escape(WANTS_DIR)}/{unit}"
     return re.compile("|".join([
         re.escape(layout.sysctl_conf), units, wanted, re.escape(layout.saved_copy),
         rf"{re.escape(layout.etc_dir)}/[A-Za-z0-9][A-Za-z0-9_.-]*",

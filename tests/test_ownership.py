@@ -55,3 +55,18 @@ def test_a_section_of_the_wrong_kind_is_a_damaged_record_not_a_traceback(damage)
     assert read_ownership(node.adapters.files, "/var/lib/lbctl", "pi-web").empty
     with pytest.raises(NodeError, match="is damaged"):
         read_ownership(node.adapters.files, "/var/lib/lbctl", "pi-web", strict=True)
+
+
+@pytest.mark.parametrize("cluster", ["PURPOSE", "pi-web", "a.b"])
+def test_a_record_owns_only_its_own_cluster_s_units(cluster):
+    from lbctl.ownership import owned_paths_pattern
+
+    ours = owned_paths_pattern(cluster)
+    assert ours.fullmatch(f"/etc/systemd/system/lbctl-{cluster}-keepalived.service")
+    assert ours.fullmatch(f"/etc/systemd/system/multi-user.target.wants/lbctl-{cluster}-vips.service")
+    for other in ("/etc/systemd/system/lbctl-web-keepalived.service",
+                  f"/etc/systemd/system/lbctl-{cluster}2-vips.service",
+                  f"/etc/systemd/system/lbctl-{cluster}-.service",
+                  "/etc/systemd/system/multi-user.target.wants/ssh.service",
+                  f"/etc/lbctl/{cluster}/../../shadow"):
+        assert not ours.fullmatch(other), other
