@@ -157,3 +157,25 @@ def test_sysctl_proc_maps_dotted_interface_names(tmp_path):
     sysctls.write("net.ipv4.conf.eth0/100.arp_ignore", "1")
     assert sysctls.read("net.ipv4.conf.eth0/100.arp_ignore") == "1"
     assert sysctls.read("net.ipv4.conf.nothere.arp_ignore") is None
+
+
+def test_a_folder_its_filesystem_cannot_sync_does_not_fail_the_write(tmp_path, monkeypatch):
+    import errno
+
+    from lbctl.adapters import files as files_module
+
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_fsync(fd)
+    monkeypatch.setattr(os, "fsync", fsync)
+    FilesRoot(str(tmp_path)).write("/etc/lbctl/pi-web.yaml", "x\n", 0o644)
+    assert (tmp_path / "etc/lbctl/pi-web.yaml").read_text() == "x\n"
+
+    def broken(fd):
+        raise OSError(errno.EIO, "Input/output error")
+    monkeypatch.setattr(os, "fsync", broken)
+    with pytest.raises(OSError):
+        files_module.sync_dir(str(tmp_path))

@@ -336,3 +336,12 @@ def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
                                          "with gratuitous ARP (Network is down)")
     assert (IPv4Address("192.168.100.10"), 32, "eth0") in node.adapters.addresses.entries
     assert node.plan().empty
+
+
+def test_every_kind_of_change_has_one_way_to_be_carried_out():
+    from lbctl.execute import LOCAL_HANDLERS
+    from lbctl.plan import IPVS_KINDS, Kind
+
+    # One at a time through its handler, IPVS in batches, the daemon by itself.
+    assert set(LOCAL_HANDLERS) | set(IPVS_KINDS) | {Kind.KEEPALIVED} == set(Kind)
+    assert not set(LOCAL_HANDLERS) & (set(IPVS_KINDS) | {Kind.KEEPALIVED})

@@ -119,9 +119,15 @@ def sync_dir(directory):
     """A rename or unlink in `directory` survives a power cut only once the
     directory itself is on disk: a drain, or a drain taken back, must outlive
     the reboot that follows it."""
+    import errno
+
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
+    except OSError as exc:
+        # Some filesystems cannot sync a folder: the write itself stands.
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
     finally:
         os.close(fd)
 
