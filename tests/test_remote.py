@@ -587,7 +587,8 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
         "pi1": json.dumps({"vips_on_lo": ["192.168.100.10"],
                            "arp": {"all": {"arp_ignore": "1", "arp_announce": "2"}}}),
         "pi2": "[]",
-        "pi3": json.dumps({"vips_on_lo": ["\x1b]0;owned\x07\x1b[2J"], "arp": {"all": {}}}),
+        "pi3": json.dumps({"vips_on_lo": ["\x1b]0;owned\x07\x1b[2J\nbalancer lb9: VRRP MASTER\u202e"],
+                           "arp": {"all": {}}}),
         "pi4": json.dumps({"vips_on_lo": ["x" * (10 << 20)], "arp": {"all": {}}}),
         # A balancer whose table lacks what the view reads: a render failure.
         "pi5": json.dumps({"vips_on_lo": [], "arp": {"all": []}}),
@@ -613,7 +614,8 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
         "worker pi5 (192.168.100.8): lbctl status answered what this lbctl cannot show "
         "(AttributeError: 'list' object has no attribute 'get')"]
     assert "\x1b" not in text and "\x07" not in text
-    assert "worker pi3 (192.168.100.6): VIPs on lo ?]0;owned??[2J;" in text
+    assert "worker pi3 (192.168.100.6): VIPs on lo ?]0;owned??[2J?balancer lb9: VRRP MASTER?;" \
+        in text
     # Each node is one block; the 10 MB answer is cut, and nothing else is lost.
     assert sum(1 for line in lines if line.startswith(("balancer ", "worker "))) == 7
     assert len(text) < 20000

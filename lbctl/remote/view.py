@@ -1,19 +1,19 @@
 """One cluster view from every node's `status --json`: names, not only addresses."""
 
 import json
-import re
 import time
 
-# What a node prints is shown on this terminal: no control characters from
-# it (escape sequences could move the cursor or retitle the window).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# What a node prints is shown on this terminal: only printable characters
+# from it (escape sequences could move the cursor or retitle the window, a
+# newline could start a line that seems to be another node's, and bidi
+# controls could reorder what is shown).
 ERROR_CHARS = 300  # of a node's own error text shown in its line
 LINE_CHARS = 2000  # of any line of the view: a node's endless answer is cut
 
 
 def shown(text):
-    """`text` from a node, safe to print: control characters as '?'."""
-    return _CONTROL.sub("?", str(text))
+    """`text` from a node, safe to print: anything not printable as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in str(text))
 
 
 def node_report(outcome, role=None):
@@ -87,7 +87,7 @@ def format_cluster(cluster, report, now=None):
         except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
             # One node's odd answer costs that node's lines, not the others'.
             body.append(f"{head}: lbctl status answered what this lbctl cannot show "
-                        f"({type(exc).__name__}: {shown(exc)[:80]})")
+                        f"({type(exc).__name__}: {shown(str(exc)[:80])})")
             entry["error"] = body[-1].partition(": ")[2]  # and the exit code says so
             down.append(name)
     lines = [f"cluster {cluster.name}: {len(nodes)} node(s)"
