@@ -327,10 +327,12 @@ def empty_folder(path):
     followed, and folders go with what is in them."""
     for name in os.listdir(path):
         entry = os.path.join(path, name)
-        if os.path.isdir(entry) and not os.path.islink(entry):
-            shutil.rmtree(entry)  # without following links in it
-        else:
-            os.unlink(entry)
+        # A hook still running may rename an entry away meanwhile.
+        with suppress(FileNotFoundError):
+            if os.path.isdir(entry) and not os.path.islink(entry):
+                shutil.rmtree(entry)  # without following links in it
+            else:
+                os.unlink(entry)
 
 
 def sync_offers(layout):
