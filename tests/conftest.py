@@ -3,3 +3,20 @@ from pathlib import Path
 
 # bad_cases.py is shared with netns-tests/; make it importable from both.
 sys.path.insert(0, str(Path(__file__).parent))
+
+
+
+def pytest_configure(config):
+    """Compiled templates go to this run's own cache, not the machine's user's
+    (~/.cache/lbctl): for these tests and every lbctl they start."""
+    import os
+    import tempfile
+
+    config.lbctl_cache = tempfile.mkdtemp(prefix="lbctl-test-cache-")
+    os.environ["XDG_CACHE_HOME"] = config.lbctl_cache
+
+
+def pytest_unconfigure(config):
+    import shutil
+
+    shutil.rmtree(getattr(config, "lbctl_cache", ""), ignore_errors=True)

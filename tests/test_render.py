@@ -63,3 +63,72 @@ def test_a_cluster_named_with_a_trailing_newline_is_refused_before_rendering():
                                   name="pi\n")
     with pytest.raises(RenderError):
         desired_state(cluster, "pi1", "eth0")
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A new process's renderer, with its compiled templates kept in tmp_path/cache."""
+    from lbctl.render import templates
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    templates._environment.cache_clear()
+    yield tmp_path / "cache" / "lbctl" / "templates"
+    templates._environment.cache_clear()
+
+
+def test_a_template_compiled_once_is_read_back_compiled_by_the_next_run(fresh_cache, monkeypatch):
+    import jinja2
+
+    first = render_worker_unit("pi", ["192.168.100.10"], "/etc/sysctl.d/90-lbctl-pi.conf")
+    (entry,) = fresh_cache.iterdir()
+    assert oct(fresh_cache.stat().st_mode & 0o777) == "0o700"
+    assert oct(entry.stat().st_mode & 0o777) == "0o600"
+
+    from lbctl.render import templates
+
+    templates._environment.cache_clear()  # the next run
+
+    def no_compiling(*_args, **_kwargs):
+        raise AssertionError("the template was compiled again")
+    monkeypatch.setattr(jinja2.Environment, "compile", no_compiling)
+    assert render_worker_unit("pi", ["192.168.100.10"], "/etc/sysctl.d/90-lbctl-pi.conf") == first
+
+
+def test_a_cache_others_can_write_to_is_never_read(fresh_cache, monkeypatch):
+    # Someone else could put code there that lbctl would run as root.
+    fresh_cache.mkdir(parents=True)
+    fresh_cache.chmod(0o777)
+    render_worker_sysctl("pi")
+    assert list(fresh_cache.iterdir()) == []
+    fresh_cache.chmod(0o700)
+    os.chown(fresh_cache, 65534, 65534)
+    from lbctl.render import templates
+
+    templates._environment.cache_clear()
+    render_worker_sysctl("pi")
+    assert list(fresh_cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("fault", ["read-only", "cut short", "garbage"])
+def test_a_cache_that_cannot_be_written_or_read_still_renders(fresh_cache, fault, monkeypatch):
+    import errno
+
+    import jinja2.bccache
+
+    expected = render_worker_sysctl("pi")
+    from lbctl.render import templates
+
+    templates._environment.cache_clear()
+    (entry,) = fresh_cache.iterdir()
+    if fault == "cut short":
+        entry.write_bytes(entry.read_bytes()[:40])
+    elif fault == "garbage":
+        entry.write_bytes(entry.read_bytes()[:20] + os.urandom(200))
+    else:
+        entry.unlink()
+
+        def read_only(*_args, **_kwargs):
+            raise OSError(errno.EROFS, "Read-only file system")
+        # Root writes through permission bits: the file system itself refuses.
+        monkeypatch.setattr(jinja2.bccache.tempfile, "NamedTemporaryFile", read_only)
+    assert render_worker_sysctl("pi") == expected
