@@ -16,10 +16,10 @@ def others_can_change(info, me=0):
     return info.st_uid not in (0, me) or bool(info.st_mode & 0o022)
 
 
-def first_unsafe(paths):
+def first_unsafe(paths, me=0):
     """The first of `paths`, or of the folders above them, that another user
-    could change, as (path, os.stat result); None when all are root's alone.
-    Both the path as named and where its links lead are walked."""
+    could change, as (path, os.stat result); None when all are root's (and
+    `me`'s) alone.  Both the path as named and where its links lead are walked."""
     seen = set()
     for path in paths:
         for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):
@@ -28,7 +28,7 @@ def first_unsafe(paths):
                     continue
                 seen.add(step)
                 info = os.stat(step)
-                if others_can_change(info):
+                if others_can_change(info, me):
                     return step, info
     return None
 

@@ -12,7 +12,9 @@ def pytest_configure(config):
     import os
     import tempfile
 
-    config.lbctl_cache = tempfile.mkdtemp(prefix="lbctl-test-cache-")
+    # In the home folder: lbctl trusts no cache under /tmp (see lbctl/trust.py).
+    config.lbctl_cache = tempfile.mkdtemp(prefix=".lbctl-test-cache-",
+                                          dir=os.path.expanduser("~"))
     os.environ["XDG_CACHE_HOME"] = config.lbctl_cache
 
 

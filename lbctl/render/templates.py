@@ -4,26 +4,35 @@ The templates sit in top-level folders of the repository (sysctl/, systemd/)
 so an operator can read them without opening Python; the package maps those
 folders in as lbctl.data.* so they ship with every install.
 
-Compiling a template costs more than rendering it: on a Pi, or in the
-emulated lab, keepalived.conf's template takes a quarter of a second to
-compile, and every plan, status and apply on a balancer renders it.  Jinja2
-keeps the compiled code in a private cache folder (jinja2's own bytecode
-cache, keyed by the template's text and the Python version), so each
-template is compiled once per node.
+Rendering is most of what a plan, status or apply costs a slow node: on a Pi,
+or in the emulated lab, importing Jinja2 and compiling keepalived.conf's
+template take half a second, and every one of those commands renders every
+file of the node to compare it with the disk.  So a file rendered once is
+kept in lbctl's cache (cache.py) under a digest of everything it is made
+from: lbctl's version, the template's text and every value passed in.  The
+next run with the same inputs reads it back without Jinja2; a run with other
+inputs renders, with the template's compiled code from Jinja2's own
+bytecode cache.
 """
 
+import dataclasses
+import enum
 import functools
+import hashlib
+import importlib
+import ipaddress
 import os
 import re
-import stat
-from importlib.resources import files
 
+from lbctl import __version__, cache
 from lbctl.errors import LbctlError
 
 # Every value lbctl writes into a root-read file is one line of printable text.
 # Validation keeps control characters out of the cluster file; this is the
 # last line of defence for values from anywhere else (node names, paths).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+LARGEST_KEPT = 1 << 20  # bytes; a larger rendered file is rendered each time
+
 
 class RenderError(LbctlError):
     """A value would have broken the line structure of a rendered file."""
@@ -36,15 +45,81 @@ class _Unsafe(Exception):
 
 
 def template_text(folder, name):
-    return files(f"lbctl.data.{folder}").joinpath(name).read_text(encoding="utf-8")
+    # Read from the package's folder by path: importlib.resources would import
+    # zipfile and zlib into every command for installs that are never zipped.
+    package = importlib.import_module(f"lbctl.data.{folder}")
+    with open(os.path.join(os.path.dirname(package.__file__), name), encoding="utf-8") as fh:
+        return fh.read()
 
 
 def render(folder, name, **values):
+    entry = _kept_path(folder, name, values)
+    if entry is not None:
+        kept = _read_kept(entry)
+        if kept is not None:
+            return kept
     try:
-        return _environment(folder).get_template(name).render(**values)
+        text = _environment(folder).get_template(name).render(**values)
     except _Unsafe as exc:
         raise RenderError(f"render {folder}/{name}: refusing to write {str(exc.value)!r}: "
                           "it holds a control character") from None
+    if entry is not None and len(text) <= LARGEST_KEPT:
+        data = text.encode("utf-8")
+        cache.store(entry, hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    return text
+
+
+def _read_kept(entry):
+    """A kept file's text, or None when it is missing or damaged (its own
+    digest, on its first line, does not match)."""
+    try:
+        with open(entry, "rb") as fh:
+            digest, _, data = fh.read(LARGEST_KEPT + 80).partition(b"\n")
+        if hashlib.sha256(data).hexdigest().encode() == digest:
+            return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
+    return None
+
+
+def _kept_path(folder, name, values):
+    """Where the file these inputs make is kept; None if it is not kept."""
+    directory = _rendered_folder()
+    if directory is None:
+        return None
+    try:
+        inputs = canonical(values)
+    except TypeError:
+        return None  # a value that cannot be told apart by its contents
+    digest = hashlib.sha256("\0".join(
+        (__version__, folder, name, template_text(folder, name), inputs)).encode()).hexdigest()
+    return os.path.join(directory, digest)
+
+
+def canonical(value):
+    """A text that differs whenever `value` could render differently: the
+    contents of dataclasses, containers, addresses and plain values, with
+    sets in a fixed order.  TypeError for anything else."""
+    if isinstance(value, (str, int, float, bool, type(None), enum.Enum,
+                          ipaddress.IPv4Address, ipaddress.IPv4Network)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, (list, tuple)):
+        return f"{type(value).__name__}[{','.join(canonical(v) for v in value)}]"
+    if isinstance(value, (set, frozenset)):
+        return f"set[{','.join(sorted(canonical(v) for v in value))}]"
+    if isinstance(value, dict):
+        return "dict[" + ",".join(f"{canonical(k)}={canonical(v)}"
+                                  for k, v in value.items()) + "]"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return f"{type(value).__qualname__}(" + ",".join(
+            f"{f.name}={canonical(getattr(value, f.name))}"
+            for f in dataclasses.fields(value)) + ")"
+    raise TypeError(f"no canonical text for {type(value).__name__}")
+
+
+@functools.cache
+def _rendered_folder():
+    return cache.folder("rendered")
 
 
 def _one_line(value):
@@ -68,42 +143,8 @@ def _environment(folder):
                               bytecode_cache=_bytecode_cache())
 
 
-def cache_dir():
-    """The folder for compiled templates (the user's cache, as for any
-    command-line tool: root's is /root/.cache/lbctl/templates), or None where
-    none can be kept safely."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    path = os.path.join(base, "lbctl", "templates")
-    try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-    except OSError:
-        return None  # a read-only root, a full disk: compile every time
-    return path if private(path) else None
-
-
-def private(path):
-    """True when only this user (or root) can change `path` or any folder above
-    it: the cache holds code that lbctl runs, as root on a node."""
-    uid = os.geteuid()
-    here = os.path.realpath(path)
-    while True:
-        try:
-            st = os.stat(here)
-        except OSError:
-            return False
-        others_write = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
-        # A sticky folder of root's (/tmp) lets no one else rename what is ours.
-        if st.st_uid not in (0, uid) or (
-                others_write and not (st.st_uid == 0 and st.st_mode & stat.S_ISVTX)):
-            return False
-        parent = os.path.dirname(here)
-        if parent == here:
-            return True
-        here = parent
-
-
 def _bytecode_cache():
-    path = cache_dir()
+    path = cache.folder("templates")
     if path is None:
         return None
     import jinja2
