@@ -1,7 +1,6 @@
 """apply --all: every node over SSH, in an order that keeps traffic flowing."""
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 from lbctl import __version__
 from lbctl.config import load_cluster
@@ -28,6 +27,8 @@ def run(args, out):
         # What each balancer offers the router before any of them changes.
         balancers = [t for t in selected if t.role == "balancer"]
         serving = bgp_offers(cluster, balancers, args.ssh_config) if balancers else {}
+    from concurrent.futures import ThreadPoolExecutor
+
     with ThreadPoolExecutor(max_workers=1) as pool:
         # Which balancer is master now, asked while the workers apply.
         asked = pool.submit(balancers_now, cluster, selected, args.ssh_config)

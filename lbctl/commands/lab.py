@@ -2,11 +2,12 @@
 
 import os
 import sys
-from importlib.resources import files
 
 
 def example(name):
     """The path of one of the example cluster files shipped with lbctl."""
+    from importlib.resources import files
+
     return str(files("lbctl.data.examples").joinpath(name))
 
 

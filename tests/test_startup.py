@@ -1,0 +1,60 @@
+"""What a command costs a slow node before it does anything: its imports.
+
+A Pi pays for every module a command imports, on every boot unit, every
+--all node and every `status --watch` frame.  So each command imports only
+what it runs, and the heavy libraries come in where they are used: Jinja2
+only when a file must be rendered anew, scapy in doctor's probes,
+prometheus_client in the exporter, a thread pool in --all.  A new top-level
+import of one of them fails here, by name.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+COMMANDS = sorted(p.stem for p in (Path(__file__).parent.parent / "lbctl" / "commands")
+                  .glob("*.py") if p.stem != "__init__")
+HEAVY = ["jinja2", "scapy", "prometheus_client", "pyroute2", "concurrent.futures", "asyncio",
+         "ssl", "http.client", "email", "xml", "urllib.request", "multiprocessing", "curses",
+         "ctypes", "decimal", "zipfile", "pickle", "importlib.resources", "importlib.metadata"]
+
+
+def imported(code, env=None):
+    """The modules a fresh interpreter holds after running `code`."""
+    done = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\n"
+                           "print(' '.join(sorted(sys.modules)))"],
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    return set(done.stdout.split())
+
+
+def heavy_in(modules):
+    return sorted(h for h in HEAVY if h in modules)
+
+
+def test_every_command_is_found():
+    assert {"apply", "plan", "status", "validate", "doctor", "exporter",
+            "cluster_apply"} <= set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_a_command_imports_no_heavy_library_before_it_runs(command):
+    assert heavy_in(imported(f"import lbctl.cli, lbctl.commands.{command}")) == []
+
+
+def test_validate_runs_on_yaml_and_the_standard_library_alone():
+    modules = imported("import sys; from lbctl.cli import main\n"
+                       f"assert main(['validate', {str(EXAMPLES / 'pi-pair.yaml')!r}]) == 0")
+    assert heavy_in(modules) == []
+    assert "yaml" in modules  # the check can see an import
+
+
+def test_a_file_rendered_before_is_read_back_without_jinja2():
+    render = "from lbctl.render.sysctl import render_worker_sysctl; render_worker_sysctl('pi')"
+    first = imported(render, env=os.environ)  # the unit tests' own cache (conftest.py)
+    assert "jinja2" in first
+    assert heavy_in(imported(render, env=os.environ)) == []
