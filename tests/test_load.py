@@ -8,7 +8,7 @@ import pytest
 from helpers import PI_SINGLE, cluster_from
 from large_cluster import many_services
 from lbctl.config import load_cluster
-from lbctl.config.load import MAX_BYTES
+from lbctl.config.source import MAX_BYTES
 from lbctl.errors import ConfigError
 
 

@@ -1,8 +1,8 @@
 """YAML to plain values, keeping where each value and key stood.
 
-The file is read with bounds (a regular file of at most MAX_BYTES) and parsed
-event by event with libyaml's C parser where PyYAML has it (marks included,
-about twenty times faster than the pure-Python scanner).  We build the values
+The file is read with bounds (source.py) and parsed event by event with
+libyaml's C parser where PyYAML has it (marks included, about twenty times
+faster than the pure-Python scanner).  We build the values
 ourselves rather than through PyYAML's composer so that:
 
 - duplicate keys are errors (YAML says keys are unique, PyYAML keeps the last);
@@ -15,21 +15,18 @@ ourselves rather than through PyYAML's composer so that:
   refused with the reason, where they stand.
 """
 
-import os
 import re
-import stat
-import sys
 from dataclasses import dataclass, field
 from functools import cached_property
 
 import yaml
 
+from lbctl.config.source import line_col, read_source, source_lines
 from lbctl.errors import ConfigError, Diagnostic
 
 # libyaml keeps line and column marks; without it PyYAML's own parser does the same, slower.
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-MAX_BYTES = 16 * 1024 * 1024  # a 50,000-service file is about 4 MiB
 MAX_DEPTH = 32  # a cluster file needs 6 (services.NAME.health.exec.command.N)
 # Values that aliases may repeat: ten times the values written out, plus this.
 ALIAS_FACTOR = 10
@@ -39,8 +36,6 @@ _YAML = "tag:yaml.org,2002:"
 _SCALAR_TAGS = {_YAML + t for t in ("str", "int", "float", "bool", "null", "timestamp")}
 _COLLECTION_TAGS = {yaml.MappingStartEvent: _YAML + "map", yaml.SequenceStartEvent: _YAML + "seq"}
 _MERGE = _YAML + "merge"
-# YAML's line breaks: the line and column of every mark count with these.
-_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
 # What YAML does not allow in a stream (PyYAML's and libyaml's readers refuse these).
 _NOT_YAML = re.compile("[^\t\n\r\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _C0_NAMES = ("NUL SOH STX ETX EOT ENQ ACK BEL BS HT LF VT FF CR SO SI DLE DC1 DC2 DC3 DC4 "
@@ -80,97 +75,9 @@ class Document:
         return Diagnostic(self.path, line, col, message, source)
 
 
-def source_lines(text):
-    """The file's lines as YAML counts them."""
-    return _LINE_BREAK.split(text)
-
-
-STDIN = "-"  # the path that means standard input (how `--all` sends the file)
-STDIN_NAME = "<stdin>"
-
-
 def load_document(path):
-    if str(path) == STDIN:
-        return parse_document(read_stdin(), STDIN_NAME)
-    return parse_document(read_text(path), str(path))
-
-
-def read_stdin(stream=None):
-    """Standard input's text, under the same limits as a file's."""
-    stream = stream if stream is not None else sys.stdin.buffer
-    if stream.isatty():
-        # Waiting silently for a file typed by hand helps nobody.
-        raise _file_error(STDIN_NAME, "standard input is a terminal: pipe the cluster "
-                          "file in (lbctl validate - < cluster.yaml)")
-    data = stream.read(MAX_BYTES + 1)
-    if len(data) > MAX_BYTES:
-        raise _too_big(STDIN_NAME)
-    return _decode(data, STDIN_NAME)
-
-
-def read_text(path):
-    """The file's text: a regular file of at most MAX_BYTES, in UTF-8."""
-    name = str(path)
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError as exc:
-        raise _file_error(name, f"cannot read file: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise _file_error(name, f"cannot read file: it is {_file_kind(info.st_mode)}, "
-                              "not a regular file; give the path of the cluster file itself")
-        if info.st_size > MAX_BYTES:
-            raise _too_big(name)
-        data = _read_at_most(fd, MAX_BYTES + 1)
-    except OSError as exc:
-        raise _file_error(name, f"cannot read file: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_BYTES:  # it grew while we read it
-        raise _too_big(name)
-    return _decode(data, name)
-
-
-def _decode(data, name):
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        before = data[:exc.start].decode("utf-8", errors="replace")
-        line, col = _line_col(before, len(before))
-        raise ConfigError([Diagnostic(
-            name, line, col, f"byte 0x{data[exc.start]:02x} is not UTF-8 text; save the file "
-            "as UTF-8", source_lines(before)[-1])]) from None
-    # As Python's text mode reads files: a newline is a newline, whatever the editor wrote.
-    return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def _read_at_most(fd, limit):
-    chunks, size = [], 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 20, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
-def _file_kind(mode):
-    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a pipe (FIFO)"),
-             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-             (stat.S_ISSOCK, "a socket"))
-    return next((text for test, text in kinds if test(mode)), "not a regular file")
-
-
-def _too_big(name):
-    return _file_error(name, f"the file is larger than {MAX_BYTES // (1024 * 1024)} MiB; "
-                       "a cluster file of 50,000 services is about 4 MiB")
-
-
-def _file_error(name, message):
-    return ConfigError([Diagnostic(name, 1, 1, message)])
+    name, text = read_source(path)
+    return parse_document(text, name)
 
 
 def parse_document(text, path="<string>"):
@@ -199,7 +106,7 @@ def _check_characters(doc):
     for found in _NOT_YAML.finditer(doc.text):
         if len(errors) == _SHOWN_CHARACTER_ERRORS:
             break
-        errors.append(doc.at(_line_col(doc.text, found.start()),
+        errors.append(doc.at(line_col(doc.text, found.start()),
                              f"{_character_name(found.group())} is not allowed in a cluster "
                              "file: it is text, and of the control characters only tab and "
                              "line breaks may appear"))
@@ -216,13 +123,6 @@ def _character_name(char):
     if 0x80 <= code <= 0x9F:
         return f"control character U+{code:04X}"
     return f"character U+{code:04X}"
-
-
-def _line_col(text, index):
-    line, start = 1, 0
-    for brk in _LINE_BREAK.finditer(text, 0, index):
-        line, start = line + 1, brk.end()
-    return line, index - start + 1
 
 
 def _mark(mark):
