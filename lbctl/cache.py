@@ -10,6 +10,7 @@ made (a read-only root), lbctl works without it.  Everything in it can be
 deleted at any time.
 """
 
+import hashlib
 import os
 import tempfile
 
@@ -30,16 +31,27 @@ def folder(kind):
     return None
 
 
+def load(path, largest):
+    """An entry's bytes, or None when it is missing, larger than `largest`,
+    or damaged (the digest on its first line does not match)."""
+    try:
+        with open(path, "rb") as fh:
+            digest, _, data = fh.read(largest + 80).partition(b"\n")
+    except OSError:
+        return None
+    return data if hashlib.sha256(data).hexdigest().encode() == digest else None
+
+
 def store(path, data, keep=64):
-    """Write an entry whole (another run reads either the old one or this),
-    then drop the oldest entries of its folder beyond `keep`.  A cache that
-    cannot be written is no error."""
+    """Write an entry whole, with its digest (another run reads either the
+    old one or this), then drop the oldest entries of its folder beyond
+    `keep`.  A cache that cannot be written is no error."""
     directory = os.path.dirname(path)
     try:
         fd, temporary = tempfile.mkstemp(dir=directory, prefix=".new-")
         try:
             with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+                fh.write(hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)

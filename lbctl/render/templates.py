@@ -63,23 +63,19 @@ def render(folder, name, **values):
     except _Unsafe as exc:
         raise RenderError(f"render {folder}/{name}: refusing to write {str(exc.value)!r}: "
                           "it holds a control character") from None
-    if entry is not None and len(text) <= LARGEST_KEPT:
-        data = text.encode("utf-8")
-        cache.store(entry, hashlib.sha256(data).hexdigest().encode() + b"\n" + data)
+    data = text.encode("utf-8")
+    if entry is not None and len(data) <= LARGEST_KEPT:
+        cache.store(entry, data)
     return text
 
 
 def _read_kept(entry):
-    """A kept file's text, or None when it is missing or damaged (its own
-    digest, on its first line, does not match)."""
+    """A kept file's text, or None (missing, damaged)."""
+    data = cache.load(entry, LARGEST_KEPT)
     try:
-        with open(entry, "rb") as fh:
-            digest, _, data = fh.read(LARGEST_KEPT + 80).partition(b"\n")
-        if hashlib.sha256(data).hexdigest().encode() == digest:
-            return data.decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        pass
-    return None
+        return None if data is None else data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _kept_path(folder, name, values):
