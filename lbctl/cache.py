@@ -1,51 +1,116 @@
 """lbctl's cache: what is costly to make and the same every time it is made
-from the same inputs, kept between runs so a slow node pays for it once.
+from the same inputs (validated models, rendered files), kept between runs so
+a slow node pays for it once.
 
 It lives in the user's cache folder, as any command-line tool's does:
 ${XDG_CACHE_HOME:-~/.cache}/lbctl (root's: /root/.cache/lbctl).  What is
-read back from it is run (compiled templates) or written into files root
-reads, so a folder is used only when no one but the user and root can change
-it or any folder above it (see trust.py); otherwise, and where it cannot be
-made (a read-only root), lbctl works without it.  Everything in it can be
-deleted at any time.
+read back from it goes into what root writes and runs, so:
+- a folder is used only when no one but the user and root can change it or
+  any folder above it (trust.py), checked on the nearest folder that exists
+  before anything is made: root never makes a folder where a user points it
+  (a HOME kept through sudo, a link);
+- an entry is opened without following links and read only if it is a plain
+  file of the user's with one name, and it carries the digest of its own
+  bytes, so a damaged one is made anew;
+- every key holds lbctl's code (code_stamp): a changed lbctl makes anew.
+Where the cache cannot be had (a read-only root, a folder of another user's),
+lbctl works without it.  Everything in it can be deleted at any time.
 """
 
+import functools
 import hashlib
 import os
-import tempfile
+import stat
+import sys
+import time
 
 from lbctl.trust import first_unsafe
 
+REFRESH_SECONDS = 86400  # an entry read back is marked recent at most this often
+
 
 def folder(kind):
-    """The cache folder for `kind` ("templates", "rendered"), made if need be;
+    """The cache folder for `kind` ("clusters", "rendered"), made if need be;
     None where there is none to be had safely."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    path = os.path.join(base, "lbctl", kind)
+    path = os.path.join(os.path.abspath(base), "lbctl", kind)
+    me = os.geteuid()
     try:
-        os.makedirs(path, mode=0o700, exist_ok=True)
-        if first_unsafe([path], me=os.geteuid()) is None:
-            return path
+        existing = path
+        while not os.path.lexists(existing):
+            existing = os.path.dirname(existing)
+        if first_unsafe([existing], me=me) is not None:
+            return None
+        for step in _missing_steps(existing, path):
+            os.mkdir(step, 0o700)
+        return path if first_unsafe([path], me=me) is None else None
     except OSError:
-        pass
-    return None
+        return None
+
+
+def _missing_steps(existing, path):
+    steps = []
+    while path != existing:
+        steps.append(path)
+        path = os.path.dirname(path)
+    return reversed(steps)
+
+
+@functools.cache
+def code_stamp():
+    """lbctl's code as it stands: every module's size and time, as Python's
+    own bytecode checks, so a key made with it changes with any edit or
+    upgrade of lbctl (or of the Python running it)."""
+    top = os.path.dirname(os.path.abspath(__file__))
+    stamps = [sys.version]
+    for folder_path, folders, names in os.walk(top):
+        folders[:] = sorted(f for f in folders if f != "__pycache__")
+        for name in sorted(names):
+            if name.endswith(".py"):
+                info = os.stat(os.path.join(folder_path, name))
+                stamps.append(f"{os.path.relpath(folder_path, top)}/{name}:"
+                              f"{info.st_size}:{info.st_mtime_ns}")
+    return "\n".join(stamps)
+
+
+def key(*parts):
+    """An entry's name: the digest of lbctl's code and `parts`."""
+    return hashlib.sha256("\0".join((code_stamp(), *parts)).encode()).hexdigest()
 
 
 def load(path, largest):
     """An entry's bytes, or None when it is missing, larger than `largest`,
-    or damaged (the digest on its first line does not match)."""
+    not a plain file of this user's alone, or damaged (the digest on its
+    first line does not match)."""
     try:
-        with open(path, "rb") as fh:
-            digest, _, data = fh.read(largest + 80).partition(b"\n")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    return data if hashlib.sha256(data).hexdigest().encode() == digest else None
+    with os.fdopen(fd, "rb") as fh:
+        try:
+            info = os.fstat(fd)
+            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or
+                    info.st_nlink != 1 or info.st_mode & 0o022):
+                return None
+            digest, _, data = fh.read(largest + 80).partition(b"\n")
+        except OSError:
+            return None
+        if hashlib.sha256(data).hexdigest().encode() != digest:
+            return None
+        if time.time() - info.st_mtime > REFRESH_SECONDS:
+            try:
+                os.utime(fd)  # in use: not among the oldest, whatever its age
+            except OSError:
+                pass  # a read-only cache
+    return data
 
 
 def store(path, data, keep=64):
     """Write an entry whole, with its digest (another run reads either the
     old one or this), then drop the oldest entries of its folder beyond
     `keep`.  A cache that cannot be written is no error."""
+    import tempfile  # only when something is written: most runs read
+
     directory = os.path.dirname(path)
     try:
         fd, temporary = tempfile.mkstemp(dir=directory, prefix=".new-")
@@ -56,17 +121,27 @@ def store(path, data, keep=64):
         except BaseException:
             os.unlink(temporary)
             raise
-        entries = os.listdir(directory)
-        if len(entries) > keep:
-            entries.sort(key=lambda name: _mtime(os.path.join(directory, name)))
-            for name in entries[:len(entries) - keep]:
-                os.unlink(os.path.join(directory, name))
+        _evict(directory, keep, os.path.basename(path))
     except OSError:
         pass
 
 
-def _mtime(path):
-    try:
-        return os.stat(path).st_mtime_ns
-    except OSError:
-        return 0
+def _evict(directory, keep, just_written):
+    """The oldest entries beyond `keep`; another run's entry being written
+    (.new-*) and this run's own are never among them."""
+    entries = [name for name in os.listdir(directory)
+               if not name.startswith(".new-") and name != just_written]
+    if len(entries) < keep:
+        return
+    aged = []
+    for name in entries:
+        try:
+            aged.append((os.stat(os.path.join(directory, name)).st_mtime_ns, name))
+        except FileNotFoundError:
+            continue
+    aged.sort()
+    for _mtime, name in aged[:len(aged) - (keep - 1)]:
+        try:
+            os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass

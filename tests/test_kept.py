@@ -6,7 +6,7 @@ import tempfile
 
 import pytest
 
-from lbctl.config import kept, load_cluster
+from lbctl.config import load_cluster
 from lbctl.config import load as parser
 from lbctl.errors import ConfigError
 
@@ -68,10 +68,12 @@ def test_the_same_text_under_another_name_is_validated_anew(cache, parses, tmp_p
 
 
 def test_a_change_to_lbctl_code_validates_anew(cache, parses, tmp_path, monkeypatch):
+    from lbctl import cache as lbctl_cache
+
     path = copy_of_example(tmp_path)
     load_cluster(path)
-    stamp = kept._code_stamp()
-    monkeypatch.setattr(kept, "_code_stamp", lambda: stamp + ",validate.py:1:2")
+    stamp = lbctl_cache.code_stamp()
+    monkeypatch.setattr(lbctl_cache, "code_stamp", lambda: stamp + "\nconfig/validate.py:1:2")
     load_cluster(path)
     assert len(parses) == 2
 

@@ -67,6 +67,7 @@ def test_a_cluster_named_with_a_trailing_newline_is_refused_before_rendering():
 
 
 
+
 @pytest.fixture
 def fresh_cache(monkeypatch):
     """A new process's renderer and an empty cache (in the home folder, where
@@ -81,10 +82,27 @@ def fresh_cache(monkeypatch):
 
 
 def next_run():
+    from lbctl import cache
     from lbctl.render import templates
 
-    for cached in (templates._environment, templates._rendered_folder):
+    for cached in (templates._environment, templates._rendered_folder, templates.template_text,
+                   cache.code_stamp):
         getattr(cached, "cache_clear", lambda: None)()  # a test may have replaced it
+
+
+@pytest.fixture
+def renders(monkeypatch):
+    """How many times Jinja2 rendered a file."""
+    from lbctl.render import templates
+
+    count = []
+    real = templates._environment
+
+    def counted():
+        count.append(1)
+        return real()
+    monkeypatch.setattr(templates, "_environment", counted)
+    return count
 
 
 UNIT = ("pi", ["192.168.100.10"], "/etc/sysctl.d/90-lbctl-pi.conf")
@@ -96,41 +114,40 @@ def test_a_file_rendered_once_is_read_back_by_the_next_run_without_jinja2(
 
     first = render_worker_unit(*UNIT)
     assert len(list((fresh_cache / "rendered").iterdir())) == 1
-    for folder in (fresh_cache / "rendered", fresh_cache / "templates"):
-        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
+    assert oct((fresh_cache / "rendered").stat().st_mode & 0o777) == "0o700"
+    assert oct(fresh_cache.stat().st_mode & 0o777) == "0o700"
     next_run()
 
-    def no_jinja(_folder):
+    def no_jinja():
         raise AssertionError("rendered again")
     monkeypatch.setattr(templates, "_environment", no_jinja)
     assert render_worker_unit(*UNIT) == first
 
 
-def test_other_values_or_an_edited_template_render_anew(fresh_cache, monkeypatch):
+def test_other_values_an_edited_template_or_other_code_render_anew(
+        fresh_cache, renders, monkeypatch):
+    from lbctl import cache
     from lbctl.render import templates
 
     assert "cluster a." in render_worker_sysctl("a") and "cluster b." in render_worker_sysctl("b")
-    assert len(list((fresh_cache / "rendered").iterdir())) == 2
+    assert len(renders) == 2
     shipped = templates.template_text
     monkeypatch.setattr(templates, "template_text",
                         lambda folder, name: "# edited\n" + shipped(folder, name))
     next_run()
     assert render_worker_sysctl("a").startswith("# edited\n")
-
-
-def test_a_template_compiled_once_is_not_compiled_again(fresh_cache, monkeypatch):
-    import jinja2
-
+    monkeypatch.setattr(templates, "template_text", shipped)
     render_worker_sysctl("a")
-    next_run()
+    assert len(renders) == 3  # the shipped text again: kept from the first run
+    # Any change to lbctl's code (a property a template calls, the filter
+    # that refuses control characters) changes every key.
+    stamp = cache.code_stamp()
+    monkeypatch.setattr(cache, "code_stamp", lambda: stamp + "\nrender/templates.py:1:2")
+    render_worker_sysctl("a")
+    assert len(renders) == 4
 
-    def no_compiling(*_args, **_kwargs):
-        raise AssertionError("the template was compiled again")
-    monkeypatch.setattr(jinja2.Environment, "compile", no_compiling)
-    assert "cluster b." in render_worker_sysctl("b")  # other values: rendered, not compiled
 
-
-def test_values_are_told_apart_by_contents_and_sets_in_any_order():
+def test_a_value_is_told_apart_by_its_contents_and_a_set_in_any_order():
     from ipaddress import IPv4Address
 
     from lbctl.render.templates import canonical
@@ -160,14 +177,21 @@ def test_a_value_without_a_canonical_text_is_rendered_and_not_kept(fresh_cache):
     assert list((fresh_cache / "rendered").iterdir()) == []
 
 
+def entry_text(text):
+    import hashlib
+
+    data = text if isinstance(text, bytes) else text.encode()
+    return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
+
+
 def test_a_cache_others_can_change_is_never_read(fresh_cache):
     # Someone else could put text there that lbctl would write as root.
     first = render_worker_sysctl("pi")
     (entry,) = (fresh_cache / "rendered").iterdir()
     forged = first.replace("arp_ignore", "forged")
-    entry.write_text(hashlib_line(forged) + forged)
+    entry.write_bytes(entry_text(forged))
     next_run()
-    assert render_worker_sysctl("pi") == forged  # the entry as kept is read back
+    assert render_worker_sysctl("pi") == forged  # an entry as kept is read back
     for unsafe in ("group-writable", "another owner"):
         if unsafe == "group-writable":
             fresh_cache.chmod(0o770)
@@ -178,47 +202,77 @@ def test_a_cache_others_can_change_is_never_read(fresh_cache):
         assert render_worker_sysctl("pi") == first, unsafe
 
 
-def hashlib_line(text):
-    import hashlib
+@pytest.mark.parametrize("planted", ["a link", "a second name", "another owner's"])
+def test_an_entry_that_is_not_a_plain_file_of_ones_own_is_not_read(fresh_cache, planted):
+    first = render_worker_sysctl("pi")
+    (entry,) = (fresh_cache / "rendered").iterdir()
+    forged = fresh_cache / "forged"
+    forged.write_bytes(entry_text(first.replace("arp_ignore", "forged")))
+    entry.unlink()
+    if planted == "a link":
+        entry.symlink_to(forged)
+    elif planted == "a second name":
+        os.link(forged, entry)
+    else:
+        os.rename(forged, entry)
+        os.chown(entry, 65534, 65534)
+    next_run()
+    assert render_worker_sysctl("pi") == first
 
-    return hashlib.sha256(text.encode()).hexdigest() + "\n"
+
+def test_root_makes_no_folder_where_another_user_points_it(tmp_path, monkeypatch):
+    # sudo that keeps a user's HOME or XDG_CACHE_HOME: the user's folder is
+    # theirs, and root makes nothing in it (nor where a link there leads).
+    users = tmp_path / "home"
+    users.mkdir()
+    os.chown(users, 65534, 65534)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(users / ".cache"))
+    next_run()
+    try:
+        assert "cluster pi." in render_worker_sysctl("pi")
+        assert list(users.iterdir()) == []
+    finally:
+        next_run()
 
 
-@pytest.mark.parametrize("fault", ["cut short", "not text", "template code cut short",
-                                   "read-only"])
+@pytest.mark.parametrize("fault", ["cut short", "not text", "read-only"])
 def test_a_cache_that_cannot_be_read_or_written_still_renders(fresh_cache, fault, monkeypatch):
     import errno
     import tempfile
-
-    import jinja2.bccache
 
     expected = render_worker_sysctl("pi")
     next_run()
     (entry,) = (fresh_cache / "rendered").iterdir()
     if fault == "cut short":
         entry.write_bytes(entry.read_bytes()[:-10])
-    elif fault == "not text":
-        entry.write_bytes(entry.read_bytes()[:65] + b"\xff\xfe" * 40)
+    elif fault == "not text":  # whole, with its digest, but no UTF-8
+        entry.write_bytes(entry_text(b"\xff\xfe" * 40))
     else:
         entry.unlink()
-        (code,) = (fresh_cache / "templates").iterdir()
-        if fault == "template code cut short":
-            code.write_bytes(code.read_bytes()[:40])
-        else:
-            code.unlink()
 
-            def read_only(*_args, **_kwargs):
-                raise OSError(errno.EROFS, "Read-only file system")
-            # Root writes through permission bits: the file system itself refuses.
-            monkeypatch.setattr(jinja2.bccache.tempfile, "NamedTemporaryFile", read_only)
-            monkeypatch.setattr(tempfile, "mkstemp", read_only)
+        def read_only(*_args, **_kwargs):
+            raise OSError(errno.EROFS, "Read-only file system")
+        # Root writes through permission bits: the file system itself refuses.
+        monkeypatch.setattr(tempfile, "mkstemp", read_only)
     assert render_worker_sysctl("pi") == expected
 
 
-def test_the_cache_keeps_only_the_newest_files(fresh_cache):
+def test_the_cache_keeps_the_newest_files_even_with_equal_times(fresh_cache, monkeypatch):
+    from lbctl import cache
+
+    real_store = cache.store
+
+    def store_then_age(path, data, keep=64):
+        real_store(path, data, keep)
+        os.utime(path, ns=(0, 0))  # one coarse clock tick for every entry
+    monkeypatch.setattr(cache, "store", store_then_age)
+    names = []
     for n in range(70):
         render_worker_sysctl(f"c{n}")
-    kept = list((fresh_cache / "rendered").iterdir())
+        names.append(sorted(p.name for p in (fresh_cache / "rendered").iterdir()))
+    kept = names[-1]
     assert len(kept) == 64
-    next_run()
-    assert "cluster c69." in render_worker_sysctl("c69")
+    # Each run kept what it had just written.
+    for n, listing in enumerate(names):
+        newest = set(listing) - (set(names[n - 1]) if n else set())
+        assert len(newest) == 1, n

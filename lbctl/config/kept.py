@@ -4,31 +4,17 @@ The model of a cluster file is the same for as long as the file's bytes are,
 and the boot unit, every --all node and every status run read the same file
 again: on a Pi, parsing and validating it costs more than the rest of a
 status.  A model is found again only by a digest of the file's name and
-text, lbctl's version, the Python that pickled it and the code that built it
-(the config package's files, by size and time), so an edited file or a
-changed lbctl is validated anew.  The entry carries the digest of its own
-bytes: a damaged one is validated anew too.  The folder is trusted as
-cache.py says; pickled data from it is code, as compiled templates are.
+text and lbctl's code (cache.key), so an edited file or a changed lbctl is
+validated anew, and a damaged entry too.  Pickled data is code: the folder
+and the entry are trusted as cache.py says.
 """
 
-import hashlib
 import os
-import sys
 
-from lbctl import __version__, cache
+from lbctl import cache
 
 KEEP = 8  # models; each holds its file's text
 LARGEST_KEPT = 8 << 20  # bytes of pickled model
-
-
-def _code_stamp():
-    here = os.path.dirname(os.path.abspath(__file__))
-    stamps = []
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            info = os.stat(os.path.join(here, name))
-            stamps.append(f"{name}:{info.st_size}:{info.st_mtime_ns}")
-    return ",".join(stamps)
 
 
 def entry_path(name, text):
@@ -36,8 +22,7 @@ def entry_path(name, text):
     directory = cache.folder("clusters")
     if directory is None:
         return None
-    key = "\0".join((__version__, sys.version, _code_stamp(), name, text))
-    return os.path.join(directory, hashlib.sha256(key.encode()).hexdigest())
+    return os.path.join(directory, cache.key("cluster", name, text))
 
 
 def read(path):

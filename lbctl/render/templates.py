@@ -9,22 +9,19 @@ or in the emulated lab, importing Jinja2 and compiling keepalived.conf's
 template take half a second, and every one of those commands renders every
 file of the node to compare it with the disk.  So a file rendered once is
 kept in lbctl's cache (cache.py) under a digest of everything it is made
-from: lbctl's version, the template's text and every value passed in.  The
-next run with the same inputs reads it back without Jinja2; a run with other
-inputs renders, with the template's compiled code from Jinja2's own
-bytecode cache.
+from: lbctl's code, the template's text and every value passed in.  The
+next run with the same inputs reads it back without Jinja2.
 """
 
 import dataclasses
 import enum
 import functools
-import hashlib
 import importlib
 import ipaddress
 import os
 import re
 
-from lbctl import __version__, cache
+from lbctl import cache
 from lbctl.errors import LbctlError
 
 # Every value lbctl writes into a root-read file is one line of printable text.
@@ -44,7 +41,10 @@ class _Unsafe(Exception):
         self.value = value
 
 
+@functools.cache
 def template_text(folder, name):
+    """A shipped template's text, read once per run: the key of a rendered
+    file and its rendering see the same text."""
     # Read from the package's folder by path: importlib.resources would import
     # zipfile and zlib into every command for installs that are never zipped.
     package = importlib.import_module(f"lbctl.data.{folder}")
@@ -53,20 +53,23 @@ def template_text(folder, name):
 
 
 def render(folder, name, **values):
-    entry = _kept_path(folder, name, values)
+    text = template_text(folder, name)
+    entry = _kept_path(folder, name, text, values)
     if entry is not None:
         kept = _read_kept(entry)
         if kept is not None:
             return kept
     try:
-        text = _environment(folder).get_template(name).render(**values)
+        # From the text alone: with no loader, a template can include no other
+        # file the key would not cover.
+        rendered = _environment().from_string(text).render(**values)
     except _Unsafe as exc:
         raise RenderError(f"render {folder}/{name}: refusing to write {str(exc.value)!r}: "
                           "it holds a control character") from None
-    data = text.encode("utf-8")
+    data = rendered.encode("utf-8")
     if entry is not None and len(data) <= LARGEST_KEPT:
         cache.store(entry, data)
-    return text
+    return rendered
 
 
 def _read_kept(entry):
@@ -78,7 +81,7 @@ def _read_kept(entry):
         return None
 
 
-def _kept_path(folder, name, values):
+def _kept_path(folder, name, text, values):
     """Where the file these inputs make is kept; None if it is not kept."""
     directory = _rendered_folder()
     if directory is None:
@@ -87,9 +90,7 @@ def _kept_path(folder, name, values):
         inputs = canonical(values)
     except TypeError:
         return None  # a value that cannot be told apart by its contents
-    digest = hashlib.sha256("\0".join(
-        (__version__, folder, name, template_text(folder, name), inputs)).encode()).hexdigest()
-    return os.path.join(directory, digest)
+    return os.path.join(directory, cache.key(folder, name, text, inputs))
 
 
 def canonical(value):
@@ -125,40 +126,9 @@ def _one_line(value):
 
 
 @functools.cache
-def _environment(folder):
+def _environment():
     # Jinja2 only here: it costs start-up time that validate and status do not need.
     import jinja2
 
-    def source(name):
-        # Always up to date: the package's files do not change under a running lbctl.
-        return template_text(folder, name), None, lambda: True
-
     return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                              autoescape=False, finalize=_one_line,
-                              loader=jinja2.FunctionLoader(source),
-                              bytecode_cache=_bytecode_cache())
-
-
-def _bytecode_cache():
-    path = cache.folder("templates")
-    if path is None:
-        return None
-    import jinja2
-
-    class QuietCache(jinja2.FileSystemBytecodeCache):
-        """A cache entry that cannot be read (cut short by a power loss) or
-        written (a read-only root) is no error: the template is compiled."""
-
-        def load_bytecode(self, bucket):
-            try:
-                super().load_bytecode(bucket)
-            except Exception:  # whatever unpickling a damaged file raises
-                bucket.reset()
-
-        def dump_bytecode(self, bucket):
-            try:
-                super().dump_bytecode(bucket)
-            except OSError:
-                pass
-
-    return QuietCache(path)
+                              autoescape=False, finalize=_one_line)
