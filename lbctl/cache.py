@@ -33,11 +33,13 @@ def folder(kind):
     """The cache folder for `kind` ("clusters", "rendered"), made if need be;
     None where there is none to be had safely."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    path = os.path.join(os.path.abspath(base), "lbctl", kind)
+    if not os.path.isabs(base) or code_stamp() is None:
+        return None  # no HOME (XDG says a relative one is ignored), or a zipped lbctl
+    path = os.path.join(base, "lbctl", kind)
     me = os.geteuid()
     try:
         existing = path
-        while not os.path.lexists(existing):
+        while not os.path.lexists(existing):  # "/" exists: an absolute path ends
             existing = os.path.dirname(existing)
         if first_unsafe([existing], me=me) is not None:
             return None
@@ -56,21 +58,44 @@ def _missing_steps(existing, path):
     return reversed(steps)
 
 
+# The code a kept entry was made by: lbctl's own, and the libraries that
+# shape a model (PyYAML and its libyaml module: what a file may hold) and a
+# rendered file (Jinja2, MarkupSafe).
+STAMPED = ("lbctl", "yaml", "_yaml", "jinja2", "markupsafe")
+
+
 @functools.cache
 def code_stamp():
-    """lbctl's code as it stands: every module's size and time, as Python's
-    own bytecode checks, so a key made with it changes with any edit or
-    upgrade of lbctl (or of the Python running it)."""
-    top = os.path.dirname(os.path.abspath(__file__))
-    stamps = [sys.version]
+    """That code as it stands: where each package is and every module's size
+    and time, as Python's own bytecode checks, with lbctl's version and the
+    Python running it.  A key made with it changes with any edit, upgrade or
+    move of them.  None where lbctl's modules cannot be seen (run from a
+    zip): then there is no cache."""
+    import importlib.util
+
+    from lbctl import __version__
+
+    stamps = [sys.version, __version__]
+    for package in STAMPED:
+        spec = importlib.util.find_spec(package)  # found, not imported
+        for top in (spec.submodule_search_locations or []) if spec else []:
+            files = _module_stamps(top)
+            if package == "lbctl" and not files:
+                return None
+            stamps += [top, *files]
+    return "\n".join(stamps)
+
+
+def _module_stamps(top):
+    stamps = []
     for folder_path, folders, names in os.walk(top):
         folders[:] = sorted(f for f in folders if f != "__pycache__")
         for name in sorted(names):
-            if name.endswith(".py"):
+            if name.endswith((".py", ".so")):
                 info = os.stat(os.path.join(folder_path, name))
                 stamps.append(f"{os.path.relpath(folder_path, top)}/{name}:"
                               f"{info.st_size}:{info.st_mtime_ns}")
-    return "\n".join(stamps)
+    return stamps
 
 
 def key(*parts):
@@ -129,8 +154,16 @@ def store(path, data, keep=64):
 def _evict(directory, keep, just_written):
     """The oldest entries beyond `keep`; another run's entry being written
     (.new-*) and this run's own are never among them."""
-    entries = [name for name in os.listdir(directory)
-               if not name.startswith(".new-") and name != just_written]
+    names = os.listdir(directory)
+    for name in names:
+        # A write cut short by a power loss leaves its temporary file behind.
+        if name.startswith(".new-"):
+            try:
+                if time.time() - os.stat(os.path.join(directory, name)).st_mtime > 3600:
+                    os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:
+                pass
+    entries = [name for name in names if not name.startswith(".new-") and name != just_written]
     if len(entries) < keep:
         return
     aged = []

@@ -107,3 +107,71 @@ def test_a_cache_others_can_change_is_not_used(cache, parses, tmp_path):
     load_cluster(path)
     load_cluster(path)
     assert len(parses) == 3
+
+
+def test_an_entry_naming_anything_but_the_model_is_refused_unrun(cache, parses, tmp_path):
+    # Whole, with its digest, from a cache root trusts: still only the model's
+    # own classes are unpickled, so a forged entry cannot run a command.
+    import pickle
+
+    from lbctl.cache import store
+
+    path = copy_of_example(tmp_path)
+    expected = load_cluster(path)
+    (entry,) = (os.path.join(cache, name) for name in os.listdir(cache))
+    ran = tmp_path / "ran"
+
+    class Forged:
+        def __reduce__(self):
+            return (os.system, (f"touch {ran}",))
+    store(entry, pickle.dumps(Forged()))
+    assert load_cluster(path) == expected
+    assert not ran.exists() and len(parses) == 2
+
+
+def test_no_cache_where_lbctl_cannot_see_its_own_code(cache, parses, tmp_path, monkeypatch):
+    # lbctl run from a zip: its keys could not tell one lbctl from another.
+    from lbctl import cache as lbctl_cache
+
+    monkeypatch.setattr(lbctl_cache, "_module_stamps", lambda top: [])
+    lbctl_cache.code_stamp.cache_clear()
+    try:
+        path = copy_of_example(tmp_path)
+        load_cluster(path)
+        load_cluster(path)
+        assert len(parses) == 2 and not os.path.exists(cache)
+    finally:
+        lbctl_cache.code_stamp.cache_clear()
+
+
+def test_the_code_in_a_key_covers_the_parser_and_the_template_engine():
+    import jinja2
+    import yaml
+
+    from lbctl import cache as lbctl_cache
+
+    stamp = lbctl_cache.code_stamp()
+    for package in (yaml, jinja2):
+        assert os.path.dirname(package.__file__) in stamp.splitlines()
+    assert "/__init__.py:" in stamp
+
+
+def test_a_relative_cache_folder_is_not_used(parses, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    monkeypatch.chdir(tmp_path)
+    path = copy_of_example(tmp_path)
+    load_cluster(path)
+    load_cluster(path)
+    assert len(parses) == 2 and not (tmp_path / "relative").exists()
+
+
+def test_a_write_cut_short_long_ago_is_cleaned_up(cache, tmp_path):
+    import time
+
+    load_cluster(copy_of_example(tmp_path, "a.yaml"))
+    old, recent = os.path.join(cache, ".new-old"), os.path.join(cache, ".new-recent")
+    for leftover in (old, recent):
+        open(leftover, "wb").write(b"half")
+    os.utime(old, (time.time() - 7200,) * 2)
+    load_cluster(copy_of_example(tmp_path, "b.yaml"))
+    assert not os.path.exists(old) and os.path.exists(recent)

@@ -3,7 +3,7 @@ from lbctl.config.model import Mode
 
 
 def run(args, out):
-    cluster = load_cluster(args.file)
+    cluster = load_cluster(args.file, fresh=True)  # checked anew, never read from the cache
     name = "<stdin>" if args.file == "-" else args.file
     out.write(f"{name}: valid: cluster {cluster.name}, {len(cluster.balancers)} balancer(s), "
               f"{len(cluster.workers)} worker(s), {len(cluster.services)} service(s); "

@@ -32,15 +32,28 @@ def read(path):
     data = cache.load(path, LARGEST_KEPT)
     if data is None:
         return None
+    import io
+    import pickle
+
+    from lbctl.config import model as classes
+
+    class ModelOnly(pickle.Unpickler):
+        """Unpickles the model's own classes and addresses, and nothing else:
+        whatever else an entry names is refused before it is called."""
+
+        def find_class(self, module, name):
+            found = getattr(classes, name, None) if module == classes.__name__ else None
+            if isinstance(found, type) and found.__module__ == classes.__name__:
+                return found
+            if (module, name) in (("ipaddress", "IPv4Address"), ("ipaddress", "IPv4Network")):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{module}.{name} is no part of a cluster model")
+
     try:
-        import pickle
-
-        from lbctl.config.model import Cluster
-
-        model = pickle.loads(data)
+        model = ModelOnly(io.BytesIO(data)).load()
     except Exception:  # whatever a damaged entry raises: validate anew
         return None
-    return model if isinstance(model, Cluster) else None
+    return model if isinstance(model, classes.Cluster) else None
 
 
 def keep(path, model):
