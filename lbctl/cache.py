@@ -24,7 +24,7 @@ import stat
 import sys
 import time
 
-from lbctl.trust import first_unsafe
+from lbctl.trust import first_unsafe, others_can_change
 
 REFRESH_SECONDS = 86400  # an entry read back is marked recent at most this often
 
@@ -43,9 +43,10 @@ def folder(kind):
             existing = os.path.dirname(existing)
         if first_unsafe([existing], me=me) is not None:
             return None
+        # What is made below a trusted folder is this user's, 0700: no second check.
         for step in _missing_steps(existing, path):
             os.mkdir(step, 0o700)
-        return path if first_unsafe([path], me=me) is None else None
+        return path
     except OSError:
         return None
 
@@ -114,8 +115,8 @@ def load(path, largest):
     with os.fdopen(fd, "rb") as fh:
         try:
             info = os.fstat(fd)
-            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or
-                    info.st_nlink != 1 or info.st_mode & 0o022):
+            if (not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 or
+                    others_can_change(info, os.geteuid())):
                 return None
             digest, _, data = fh.read(largest + 80).partition(b"\n")
         except OSError:
@@ -153,27 +154,22 @@ def store(path, data, keep=64):
 
 def _evict(directory, keep, just_written):
     """The oldest entries beyond `keep`; another run's entry being written
-    (.new-*) and this run's own are never among them."""
-    names = os.listdir(directory)
-    for name in names:
-        # A write cut short by a power loss leaves its temporary file behind.
-        if name.startswith(".new-"):
-            try:
-                if time.time() - os.stat(os.path.join(directory, name)).st_mtime > 3600:
-                    os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:
-                pass
-    entries = [name for name in names if not name.startswith(".new-") and name != just_written]
-    if len(entries) < keep:
-        return
+    (.new-*) and this run's own are never among them, but a write cut short
+    by a power loss (.new-* older than an hour) goes."""
     aged = []
-    for name in entries:
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
         try:
-            aged.append((os.stat(os.path.join(directory, name)).st_mtime_ns, name))
+            written = os.stat(path).st_mtime_ns
+            if name.startswith(".new-"):
+                if time.time_ns() - written > 3600 * 10**9:
+                    os.unlink(path)
+            elif name != just_written:
+                aged.append((written, name))
         except FileNotFoundError:
             continue
     aged.sort()
-    for _mtime, name in aged[:len(aged) - (keep - 1)]:
+    for _written, name in aged[:max(0, len(aged) - (keep - 1))]:
         try:
             os.unlink(os.path.join(directory, name))
         except FileNotFoundError:

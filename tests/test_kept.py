@@ -2,7 +2,6 @@
 when anything it was made from changed: the file, its name, lbctl's code."""
 
 import os
-import tempfile
 
 import pytest
 
@@ -14,11 +13,9 @@ EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "examples", "pi-pair.yam
 
 
 @pytest.fixture
-def cache(monkeypatch):
-    """An empty cache, in the home folder where lbctl trusts one."""
-    base = tempfile.mkdtemp(dir=os.environ["XDG_CACHE_HOME"])
-    monkeypatch.setenv("XDG_CACHE_HOME", base)
-    return os.path.join(base, "lbctl", "clusters")
+def cache(own_cache):
+    """An empty cache's folder of models."""
+    return str(own_cache / "clusters")
 
 
 @pytest.fixture
@@ -80,8 +77,9 @@ def test_a_change_to_lbctl_code_validates_anew(cache, parses, tmp_path, monkeypa
 
 @pytest.mark.parametrize("damage", ["cut short", "bytes changed", "not a model"])
 def test_a_damaged_entry_is_validated_anew(cache, parses, tmp_path, damage):
-    import hashlib
     import pickle
+
+    from lbctl.cache import store
 
     path = copy_of_example(tmp_path)
     expected = load_cluster(path)
@@ -92,10 +90,10 @@ def test_a_damaged_entry_is_validated_anew(cache, parses, tmp_path, damage):
     elif damage == "bytes changed":  # still a model, with another name: only the digest tells
         assert b"pi-web" in data
         data = data.replace(b"pi-web", b"pi-wex")
-    else:  # a well-formed entry holding something else
-        other = pickle.dumps({"name": "forged"})
-        data = hashlib.sha256(other).hexdigest().encode() + b"\n" + other
-    open(entry, "wb").write(data)
+    if damage == "not a model":  # a well-formed entry holding something else
+        store(entry, pickle.dumps({"name": "forged"}))
+    else:
+        open(entry, "wb").write(data)
     assert load_cluster(path) == expected
     assert len(parses) == 2
 

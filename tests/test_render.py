@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from helpers import cluster_from
+from lbctl import cache
 from lbctl.desired import BootApply, desired_state
 from lbctl.layout import Layout
 from lbctl.render.sysctl import render_worker_sysctl
@@ -69,20 +70,14 @@ def test_a_cluster_named_with_a_trailing_newline_is_refused_before_rendering():
 
 
 @pytest.fixture
-def fresh_cache(monkeypatch):
-    """A new process's renderer and an empty cache (in the home folder, where
-    lbctl trusts one); returns its lbctl folder."""
-    import tempfile
-
-    base = tempfile.mkdtemp(dir=os.environ["XDG_CACHE_HOME"])
-    monkeypatch.setenv("XDG_CACHE_HOME", base)
+def fresh_cache(own_cache):
+    """A new process's renderer and an empty cache; returns its lbctl folder."""
     next_run()
-    yield Path(base) / "lbctl"
+    yield own_cache
     next_run()
 
 
 def next_run():
-    from lbctl import cache
     from lbctl.render import templates
 
     for cached in (templates._environment, templates._rendered_folder, templates.template_text,
@@ -126,7 +121,6 @@ def test_a_file_rendered_once_is_read_back_by_the_next_run_without_jinja2(
 
 def test_other_values_an_edited_template_or_other_code_render_anew(
         fresh_cache, renders, monkeypatch):
-    from lbctl import cache
     from lbctl.render import templates
 
     assert "cluster a." in render_worker_sysctl("a") and "cluster b." in render_worker_sysctl("b")
@@ -177,19 +171,12 @@ def test_a_value_without_a_canonical_text_is_rendered_and_not_kept(fresh_cache):
     assert list((fresh_cache / "rendered").iterdir()) == []
 
 
-def entry_text(text):
-    import hashlib
-
-    data = text if isinstance(text, bytes) else text.encode()
-    return hashlib.sha256(data).hexdigest().encode() + b"\n" + data
-
-
 def test_a_cache_others_can_change_is_never_read(fresh_cache):
     # Someone else could put text there that lbctl would write as root.
     first = render_worker_sysctl("pi")
     (entry,) = (fresh_cache / "rendered").iterdir()
     forged = first.replace("arp_ignore", "forged")
-    entry.write_bytes(entry_text(forged))
+    cache.store(str(entry), forged.encode())
     next_run()
     assert render_worker_sysctl("pi") == forged  # an entry as kept is read back
     for unsafe in ("group-writable", "another owner"):
@@ -207,7 +194,7 @@ def test_an_entry_that_is_not_a_plain_file_of_ones_own_is_not_read(fresh_cache, 
     first = render_worker_sysctl("pi")
     (entry,) = (fresh_cache / "rendered").iterdir()
     forged = fresh_cache / "forged"
-    forged.write_bytes(entry_text(first.replace("arp_ignore", "forged")))
+    cache.store(str(forged), first.replace("arp_ignore", "forged").encode())
     entry.unlink()
     if planted == "a link":
         entry.symlink_to(forged)
@@ -246,7 +233,7 @@ def test_a_cache_that_cannot_be_read_or_written_still_renders(fresh_cache, fault
     if fault == "cut short":
         entry.write_bytes(entry.read_bytes()[:-10])
     elif fault == "not text":  # whole, with its digest, but no UTF-8
-        entry.write_bytes(entry_text(b"\xff\xfe" * 40))
+        cache.store(str(entry), b"\xff\xfe" * 40)
     else:
         entry.unlink()
 
@@ -258,8 +245,6 @@ def test_a_cache_that_cannot_be_read_or_written_still_renders(fresh_cache, fault
 
 
 def test_the_cache_keeps_the_newest_files_even_with_equal_times(fresh_cache, monkeypatch):
-    from lbctl import cache
-
     real_store = cache.store
 
     def store_then_age(path, data, keep=64):

@@ -46,11 +46,8 @@ def test_a_command_imports_no_heavy_library_before_it_runs(command):
     assert heavy_in(imported(f"import lbctl.cli, lbctl.commands.{command}")) == []
 
 
-def test_a_file_is_parsed_once_and_validate_always_parses_it(tmp_path):
-    import tempfile
-
-    # A cache of its own: the file is new to it.
-    env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(dir=os.environ["XDG_CACHE_HOME"])}
+def test_a_file_is_parsed_once_and_validate_always_parses_it(own_cache):
+    env = os.environ  # a cache of its own (own_cache): the file is new to it
     example = str(EXAMPLES / "pi-pair.yaml")
     load = f"from lbctl.config import load_cluster; load_cluster({example!r})"
     first = imported(load, env)
@@ -63,10 +60,8 @@ def test_a_file_is_parsed_once_and_validate_always_parses_it(tmp_path):
     assert heavy_in(checked) == [] and "yaml" in checked
 
 
-def test_a_file_rendered_before_is_read_back_without_jinja2():
-    import tempfile
-
-    env = {**os.environ, "XDG_CACHE_HOME": tempfile.mkdtemp(dir=os.environ["XDG_CACHE_HOME"])}
+def test_a_file_rendered_before_is_read_back_without_jinja2(own_cache):
+    env = os.environ  # a cache of its own (own_cache)
     render = "from lbctl.render.sysctl import render_worker_sysctl; render_worker_sysctl('pi')"
     first = imported(render, env)
     assert "jinja2" in first

@@ -115,5 +115,3 @@ def line_col(text, index):
     for brk in _LINE_BREAK.finditer(text, 0, index):
         line, start = line + 1, brk.end()
     return line, index - start + 1
-
-

@@ -66,9 +66,10 @@ def render(folder, name, **values):
     except _Unsafe as exc:
         raise RenderError(f"render {folder}/{name}: refusing to write {str(exc.value)!r}: "
                           "it holds a control character") from None
-    data = rendered.encode("utf-8")
-    if entry is not None and len(data) <= LARGEST_KEPT:
-        cache.store(entry, data)
+    if entry is not None:
+        data = rendered.encode("utf-8")
+        if len(data) <= LARGEST_KEPT:
+            cache.store(entry, data)
     return rendered
 
 
