@@ -9,7 +9,9 @@ from lbctl.layout import (
     ANNOUNCE_SCRIPT, CHECK_SCRIPT, HOOK_ORDER, NOTIFY_SCRIPT, TAKEOVER_SCRIPT, Layout,
 )
 from lbctl.render.systemd import render_balancer_unit, render_exporter_unit, render_worker_unit
-from lbctl.state import Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec
+from lbctl.state import (
+    BIRD, KEEPALIVED, Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec,
+)
 
 KEEPALIVED_SCRIPTS = (CHECK_SCRIPT, NOTIFY_SCRIPT, HOOK_ORDER)
 # A failover pair's sync daemon re-sends each connection every 10 incoming
@@ -147,8 +149,7 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     checks and all, until `lbctl undrain`.
     """
     from lbctl.render.keepalived import (
-        config_digest, render_keepalived_conf, render_keepalived_unit, render_takeover_rules,
-        script_text,
+        render_keepalived_conf, render_keepalived_unit, render_takeover_rules, script_text,
     )
 
     state = NodeState("balancer", node, cluster.name)
@@ -186,11 +187,10 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
                                                         bird=cluster.mode == Mode.ECMP))
     programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
                          if svc.health is not None and svc.health.kind == "exec")
-    daemon_files = frozenset([layout.conf, *scripts, layout.takeover_rules, layout.bird_conf,
-                              layout.announce_map])
-    digest = config_digest({path: state.files[path].content for path in daemon_files
-                            if path in state.files})
-    state.daemon = DaemonSpec("keepalived", layout.conf, daemon_files, programs, digest)
+    _run_daemon(state, KEEPALIVED, layout.conf,
+                [layout.conf, *scripts, layout.takeover_rules, layout.announce_map], programs)
+    if cluster.mode == Mode.ECMP:
+        _run_daemon(state, BIRD, layout.bird_conf, [layout.bird_conf])
     state.external |= {svc.key for svc in cluster.services.values()}
     for svc in cluster.services.values():
         state.start_services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
@@ -201,6 +201,18 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
             weight = 0 if svc.health or key in state.drained else rs.weight
             state.start_dests[key] = DestSpec(weight)
     return state
+
+
+def _run_daemon(state, name, config, files, programs=frozenset()):
+    """The daemon `name` runs on `files` (those of them this node has), which
+    it reads again when one changes; the digest tells whether it runs them."""
+    import hashlib
+
+    files = frozenset(path for path in files if path in state.files)
+    digest = hashlib.sha256()
+    for path in sorted(files):
+        digest.update(f"{path}\0{state.files[path].content}\0".encode())
+    state.daemons[name] = DaemonSpec(name, config, files, programs, digest.hexdigest())
 
 
 def _ecmp_files(state, cluster, node, interface, layout):

@@ -13,7 +13,9 @@ from lbctl.adapters.protocols import IpvsOp
 from lbctl.errors import ApplyError
 from lbctl.ownership import write_ownership
 from lbctl.layout import Layout
-from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, IPVS_KINDS, KEEPALIVED, REMOVE, Kind
+from lbctl.plan import (
+    ADD, CHANGE, DAEMON_KINDS, DRAIN, DRAINING, IPVS_KINDS, KEEPALIVED, REMOVE, Kind,
+)
 from lbctl.state import DestSpec
 
 
@@ -28,7 +30,7 @@ class ApplyReport:
 
 def execute(plan, adapters):
     report = ApplyReport()
-    stop = [c for c in plan.changes if c.kind == Kind.KEEPALIVED and c.action == REMOVE]
+    stop = [c for c in plan.changes if c.kind in DAEMON_KINDS and c.action == REMOVE]
     if stop:
         _run_daemon(adapters, stop, report, plan.cluster)
         report.replan = True
@@ -52,14 +54,14 @@ def _make_changes(plan, adapters, report):
     removes = [c for c in plan.changes if c.action in (DRAIN, REMOVE)]
     report.pending += [c for c in plan.changes if c.action == DRAINING]
 
-    daemon = [c for c in adds if c.kind == Kind.KEEPALIVED]
-    _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS + (Kind.KEEPALIVED,)], report)
+    daemon = [c for c in adds if c.kind in DAEMON_KINDS]
+    _apply_local(adapters, [c for c in adds if c.kind not in IPVS_KINDS + DAEMON_KINDS], report)
     handover = [c for c in adds if c.handover]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in handover], handover, report)
     reloaded = 0  # how many of report.done systemd has seen
     if daemon:
         # systemd must know a new or changed unit before it can start it.
-        reloaded = _reload_units(report, files, since=0)
+        reloaded = _reload_units(report, adapters.systemd, since=0)
         _run_daemon(adapters, daemon, report, plan.cluster)
     # keepalived has just set these real servers to weight 0 or deleted them,
     # as its new config says; the busy ones drain until a later apply.
@@ -76,17 +78,17 @@ def _make_changes(plan, adapters, report):
     ipvs_removes = [c for c in removes if c.action == REMOVE and c.kind in IPVS_KINDS]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_removes], ipvs_removes, report)
     local_removes = [c for c in removes if c.kind not in IPVS_KINDS]
-    _run_units("stop", _lbctl_services(local_removes), files)  # before their unit goes
+    _run_units("stop", _lbctl_services(local_removes), adapters.systemd)  # before their unit goes
     _apply_local(adapters, local_removes, report)
 
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after,
                        plan.node):
         report.writes += 1
-    _reload_units(report, files, since=reloaded)
+    _reload_units(report, adapters.systemd, since=reloaded)
     # A new or changed unit of a long-running lbctl service (the exporter)
     # takes effect once restarted; the boot units run lbctl itself and need none.
     _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),
-               files)
+               adapters.systemd)
 
 
 LBCTL_SERVICE_SUFFIX = "-exporter.service"
@@ -97,68 +99,68 @@ def _lbctl_services(changes):
                    if c.kind == Kind.FILE and c.key.endswith(LBCTL_SERVICE_SUFFIX)})
 
 
-def _run_units(verb, units, files):
+def _run_units(verb, units, systemd):
     """systemctl VERB for lbctl's own services; without systemd (the lab) nothing."""
-    if not units or files.root != "/" or not os.path.isdir("/run/systemd/system"):
+    if not units or systemd is None or not systemd.runs:
         return
-    from lbctl.adapters.programs import SYSTEMCTL, SYSTEMD, run
-
     for unit in units:
-        done = run([SYSTEMCTL, verb, unit], timeout=SYSTEMD)
-        if done.returncode != 0 and verb != "stop":
-            raise ApplyError(verb, f"unit {unit}", done.stderr.strip() or "systemctl failed")
+        try:
+            getattr(systemd, verb)(unit)
+        except ApplyError:
+            if verb != "stop":  # a service that will not stop is removed all the same
+                raise
 
 
-def _reload_units(report, files, since):
+def _reload_units(report, systemd, since):
     """Tell systemd about units changed in report.done[since:]; returns the new mark."""
     changed = any(c.kind in (Kind.FILE, Kind.LINK) and c.key.endswith(".service")
                   for c in report.done[since:])
-    if files.root == "/" and changed:
-        _systemd_reload()
+    if systemd is not None and changed:
+        systemd.daemon_reload()
     return len(report.done)
 
 
 def _test_daemon_config(plan, adapters):
-    """keepalived checks a changed config before anything on the node changes."""
+    """Each daemon to start or reload checks its changed config before
+    anything on the node changes."""
+    written = {c.key: c.new.content for c in plan.changes if c.kind == Kind.FILE and c.new}
     for change in plan.changes:
-        daemon = change.new if change.kind == Kind.KEEPALIVED else None
-        if daemon is None:
+        if change.kind not in DAEMON_KINDS or change.action not in (ADD, CHANGE):
             continue
-        # Also when only a start is due: a missing keepalived stops apply here.
-        adapters.keepalived.prepare(daemon.programs)
-        config = next((c.new.content for c in plan.changes
-                       if c.kind == Kind.FILE and c.key == daemon.config), None)
-        if config is None:
-            return
-        problems = adapters.keepalived.test(config)
+        daemon = adapters.daemons[change.new.name]
+        # Also when only a start is due: a missing daemon stops apply here.
+        daemon.prepare(change.new.programs)
+        config = written.get(change.new.config)
+        problems = daemon.test(config) if config is not None else []
         if problems:
-            raise ApplyError("test", f"keepalived config {daemon.config}",
-                             "keepalived rejects it; nothing on this node was changed:\n  "
+            raise ApplyError("test", f"{daemon.name} config {change.new.config}",
+                             f"{daemon.name} rejects it; nothing on this node was changed:\n  "
                              + "\n  ".join(problems))
 
 
 def _run_daemon(adapters, changes, report, cluster_name):
-    record = Layout(cluster_name).keepalived_loaded
+    layout = Layout(cluster_name)
     for change in changes:
-        action = {ADD: adapters.keepalived.start, CHANGE: adapters.keepalived.reload,
-                  REMOVE: adapters.keepalived.stop}[change.action]
+        spec = change.new or change.old
+        daemon = adapters.daemons[spec.name]
+        action = {ADD: daemon.start, CHANGE: daemon.reload, REMOVE: daemon.stop}[change.action]
         try:
             action()
         except OSError as exc:
             raise ApplyError(change.key, change.kind, exc.strerror or str(exc)) from exc
-        # Noted only once keepalived has taken the files: a run cut short
+        # Noted only once the daemon has taken the files: a run cut short
         # before this leaves the old note, and the next apply reloads.
         if change.action == REMOVE:
-            adapters.files.remove(record)
+            adapters.files.remove(layout.loaded(spec.name))
         else:
-            note_loaded(adapters.files, cluster_name, change.new)
+            note_loaded(adapters.files, cluster_name, spec)
         report.done.append(change)
         report.writes += 1
 
 
 def note_loaded(files, cluster_name, daemon):
-    """keepalived runs the files `daemon` (the wanted DaemonSpec) describes."""
-    files.write(Layout(cluster_name).keepalived_loaded, f"{daemon.digest}\n", 0o644)
+    """The daemon runs the files `daemon` (the wanted DaemonSpec) describes."""
+    files.write(Layout(cluster_name).loaded(daemon.name), f"{daemon.digest}\n", 0o644)
 
 
 def _ipvs_op(change):
@@ -228,7 +230,7 @@ LOCAL_HANDLERS = {
     Kind.SYNC_DAEMON: lambda adapters, c: adapters.ipvs.stop_sync_daemon(c.key),
     Kind.FILE: _file,
     Kind.LINK: _link,
-    Kind.SYSTEMD: lambda adapters, c: _systemd_reload(),
+    Kind.SYSTEMD: lambda adapters, c: adapters.systemd and adapters.systemd.daemon_reload(),
 }
 
 
@@ -281,12 +283,3 @@ def _ipvs_reason(change, code):
     if code in (errno.EPERM, errno.EACCES):
         return "permission denied: run as root"
     return os.strerror(code) if code else "failed"
-
-
-def _systemd_reload():
-    """Tell a running systemd about changed units; without systemd (the lab) nothing to do."""
-    if not os.path.isdir("/run/systemd/system"):
-        return
-    from lbctl.adapters.programs import SYSTEMCTL, SYSTEMD, run
-
-    run([SYSTEMCTL, "daemon-reload"], timeout=SYSTEMD)

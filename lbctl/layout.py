@@ -153,16 +153,15 @@ class Layout:
         balancer offers the router nothing, across restarts and reboots."""
         return f"{DRAIN_DIR}/{self.cluster}.balancer"
 
-    @property
-    def keepalived_loaded(self):
-        """The digest of the files keepalived last (re)loaded.
+    def loaded(self, daemon):
+        """The digest of the files `daemon` (keepalived, bird) last (re)loaded.
 
-        Files are written before keepalived is reloaded; an apply killed
+        Files are written before the daemon is reloaded; an apply killed
         between the two, or a reload that failed, leaves files that match the
-        cluster file and a keepalived still running the old ones.  The record
+        cluster file and a daemon still running the old ones.  The record
         tells the next apply so.  It lives with the ownership records, since
-        keepalived's unit loads the same files at boot."""
-        return f"{VAR_DIR}/{self.cluster}.keepalived-loaded"
+        the daemon's unit loads the same files at boot."""
+        return f"{VAR_DIR}/{self.cluster}.{daemon}-loaded"
 
     # -- the system's folders: boot units and sysctls ------------------------
     @property

@@ -12,7 +12,6 @@ from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
-from lbctl.config.model import Mode
 from lbctl.drains import NewerDrainRecord, drained_dests, read_drains
 from lbctl.desired import (
     BootApply, desired_state, find_node, leaving_real_servers, role_of, strip_saved_copy_header,
@@ -70,24 +69,28 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
     if not any(n == ifname for _, _, n in address_list) and ifname not in _link_names():
         raise NodeError(f"node {name}: interface {ifname} does not exist on this host")
     is_balancer = role_of(cluster, name) == "balancer"
-    ipvs = keepalived = layout = None
+    from lbctl.adapters.daemons import balancer_daemons
+    from lbctl.adapters.systemd import Systemd
+
+    systemd = Systemd(root)
+    ipvs = layout = None
+    daemons = {}
     if is_balancer:
         if not remove:
             check_real_servers_reachable(cluster, address_list, ifname)
         from lbctl.adapters.ipvs import IpvsNetlink
-        from lbctl.adapters.keepalived import KeepalivedProcess
         from lbctl.layout import Layout
 
         ipvs = IpvsNetlink()
-        # Also for the netlink engine: a balancer leaving keepalived stops it.
         layout = Layout(cluster.name, root)
-        keepalived = KeepalivedProcess(layout, takeover=not remove and cluster.mode == Mode.FAILOVER,
-                                       bird=not remove and cluster.mode == Mode.ECMP)
+        # Every daemon, also where the file wants none (the netlink engine):
+        # one it no longer wants is stopped.
+        daemons = balancer_daemons(cluster, layout, systemd, remove)
     boot = _boot_apply(cluster, root) if is_balancer else None
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
-                        files=FilesRoot(root), keepalived=keepalived)
+                        files=FilesRoot(root), daemons=daemons, systemd=systemd)
     drains, drain_problem = {}, None
     if is_balancer and not remove:
         try:
@@ -111,7 +114,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
     plan = make_plan(desired, observed, owned, force=force, keep_leaving=keep_leaving,
                      shared_sysctls=shared)
     if root == "/" and not remove:
-        _reload_stale_units(plan)
+        _reload_stale_units(plan, systemd)
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan, drains,
                        drain_problem)
 
@@ -170,21 +173,17 @@ def _link_names():
     return set(os.listdir("/sys/class/net")) if os.path.isdir("/sys/class/net") else set()
 
 
-def _reload_stale_units(plan):
+def _reload_stale_units(plan, systemd):
     """A daemon-reload first, when systemd runs an older copy of a unit of
     lbctl's than the one on disk: an apply cut short after writing it, or an
     edit by hand.  Otherwise the next start or restart would use the old one."""
     written = {c.key for c in plan.changes if c.kind in (Kind.FILE, Kind.LINK)}
     units = sorted(os.path.basename(path) for path in plan.owned_after.files
                    if path.endswith(".service") and path not in written)
-    if not units or not os.path.isdir("/run/systemd/system"):
-        return
-    from lbctl.adapters.programs import SYSTEMCTL, run
-    from lbctl.plan import CHANGE, Change
-
-    shown = run([SYSTEMCTL, "show", "--property=NeedDaemonReload", "--value", *units])
-    stale = [unit for unit, flag in zip(units, shown.stdout.split()) if flag == "yes"]
+    stale = systemd.stale(units)
     if stale:
+        from lbctl.plan import CHANGE, Change
+
         plan.changes.insert(0, Change(CHANGE, Kind.SYSTEMD, "daemon-reload",
                                       note=f": {', '.join(stale)} changed on disk since "
                                            "systemd loaded it"))

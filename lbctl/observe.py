@@ -63,7 +63,8 @@ def observe(desired, owned, adapters, address_list, ipvs_table=None):
         target = adapters.files.readlink(path)
         if target is not None:
             state.links[path] = target
-    if adapters.keepalived is not None and adapters.keepalived.running():
-        loaded = adapters.files.read(Layout(desired.cluster).keepalived_loaded)
-        state.daemon = DaemonSpec("keepalived", "", digest=loaded[0].strip() if loaded else "")
+    for name, daemon in adapters.daemons.items():
+        if daemon.running():
+            loaded = adapters.files.read(Layout(desired.cluster).loaded(name))
+            state.daemons[name] = DaemonSpec(name, "", digest=loaded[0].strip() if loaded else "")
     return state

@@ -9,7 +9,7 @@ objects the file declares, or lbctl created earlier, are ever touched.
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from lbctl.state import Ownership
+from lbctl.state import DAEMON_ORDER, Ownership
 
 ADD, CHANGE, DRAIN, DRAINING, REMOVE = "add", "change", "drain", "draining", "remove"
 SYMBOLS = {ADD: "+", CHANGE: "~", DRAIN: "-", DRAINING: "~", REMOVE: "-"}
@@ -29,10 +29,13 @@ class Kind(StrEnum):
     FILE = "file"
     LINK = "link"
     SYSTEMD = "systemd"  # systemd told of changed units
-    KEEPALIVED = "keepalived"  # the daemon: start, reload or stop
+    # The daemons (state.DAEMON_ORDER): start, reload or stop.
+    KEEPALIVED = "keepalived"
+    BIRD = "bird"
 
 
 IPVS_KINDS = (Kind.SERVICE, Kind.REAL_SERVER)
+DAEMON_KINDS = tuple(Kind(name) for name in DAEMON_ORDER)
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,9 @@ def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_
     """
     plan = Plan(desired.node, desired.role, desired.cluster)
     adds, removes = [], []
-    # Stopping a daemon comes first: it takes its VIPs and services with it,
-    # and apply plans again once it has stopped.
-    stops = _daemon_stop(desired, observed)
+    # Stopping a daemon comes first: keepalived takes its VIPs and services
+    # with it, BIRD its routes, and apply plans again once they have stopped.
+    stops = _daemon_stops(desired, observed)
 
     # Sysctls before addresses: a worker must ignore ARP for the VIP before it
     # holds the VIP, or for a moment it answers ARP for it on the LAN and
@@ -123,12 +126,13 @@ def make_plan(desired, observed, owned, force=False, keep_leaving=False, shared_
             adds.append(Change(ADD, Kind.LINK, path, target, observed.links.get(path),
                                f" -> {target}"))
 
-    starting = desired.daemon is not None and observed.daemon is None
+    # keepalived is about to start: it takes over what the kernel holds of its table.
+    starting = desired.keepalived is not None and observed.keepalived is None
     timeout_changes, restores, originals = _timeouts(desired, observed, owned, starting)
     adds += timeout_changes
     if starting:
         adds += _handover(desired, observed)
-    adds += _daemon_start_or_reload(desired, observed, adds)
+    adds += _daemon_starts_and_reloads(desired, observed, adds)
 
     for key, spec in sorted(desired.services.items()):
         old = observed.services.get(key)
@@ -245,7 +249,7 @@ def _timeouts(desired, observed, owned, starting=False):
     `originals` are the kernel's values of timeouts lbctl is about to set for
     the first time, for the ownership record.
     """
-    if desired.daemon is not None:
+    if desired.keepalived is not None:
         if not starting:
             return [], [], {}
         return [_restore(name, before, observed) for name, before in sorted(owned.timeouts.items())
@@ -274,32 +278,50 @@ def _seconds_or_unset(value):
     return "unknown" if value is None else f"{value}s"
 
 
-def _daemon_stop(desired, observed):
-    if observed.daemon is not None and desired.daemon is None:
-        return [Change(REMOVE, Kind(observed.daemon.name), "stop",
-                       note=" (its VIPs and services go with it; lbctl then takes over)")]
-    return []
+STOP_NOTES = {Kind.KEEPALIVED: " (its VIPs and services go with it; lbctl then takes over)",
+              Kind.BIRD: " (the router withdraws this balancer's routes)"}
 
 
-def _daemon_start_or_reload(desired, observed, file_changes):
-    daemon = desired.daemon
-    if daemon is None:
-        return []
-    if observed.daemon is None:
-        return [Change(ADD, Kind(daemon.name), "start", daemon)]
+def _daemon_stops(desired, observed):
+    """Daemons that run and the file no longer wants, in the reverse of the
+    order they start in."""
+    return [Change(REMOVE, Kind(name), "stop", old=observed.daemons[name],
+                   note=STOP_NOTES.get(Kind(name), ""))
+            for name in reversed(DAEMON_ORDER)
+            if name in observed.daemons and name not in desired.daemons]
+
+
+def _daemon_starts_and_reloads(desired, observed, file_changes):
+    """Every start before any reload, each in DAEMON_ORDER: a daemon that
+    depends on another (BIRD on keepalived's announce hook) starts after it,
+    and a running keepalived's reload, which has BIRD read the offers again,
+    finds a BIRD that was down running again."""
+    starts, reloads = [], []
+    for name in DAEMON_ORDER:
+        daemon = desired.daemons.get(name)
+        if daemon is None:
+            continue
+        running = observed.daemons.get(name)
+        if running is None:
+            starts.append(Change(ADD, Kind(name), "start", daemon))
+            continue
+        why = _why_reload(daemon, running, file_changes)
+        if why:
+            reloads.append(Change(CHANGE, Kind(name), "reload", daemon, running, note=why))
+    return starts + reloads
+
+
+def _why_reload(daemon, running, file_changes):
     changed = sorted(c.key for c in file_changes if c.kind == Kind.FILE and c.key in daemon.files)
     if changed:
-        return [Change(CHANGE, Kind(daemon.name), "reload", daemon,
-                       note=f" (changed: {', '.join(changed)})")]
-    if not observed.daemon.digest:
-        return [Change(CHANGE, Kind(daemon.name), "reload", daemon,
-                       note=" (no record of what it last loaded: the first apply by this "
-                            "lbctl, or one cut short before keepalived took the files)")]
-    if observed.daemon.digest != daemon.digest:
-        return [Change(CHANGE, Kind(daemon.name), "reload", daemon,
-                       note=" (it is not known to run the files on disk: a reload was lost, "
-                            "or they were changed by hand)")]
-    return []
+        return f" (changed: {', '.join(changed)})"
+    if not running.digest:
+        return (" (no record of what it last loaded: the first apply by this lbctl, or one "
+                f"cut short before {daemon.name} took the files)")
+    if running.digest != daemon.digest:
+        return (" (it is not known to run the files on disk: a reload was lost, or they were "
+                "changed by hand)")
+    return ""
 
 
 def _dest_removal(key, spec, force, through=IPVS):

@@ -8,6 +8,12 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
 FWD_DIRECT_ROUTING = 3  # IP_VS_CONN_F_DROUTE: rewrite the MAC only
+# The daemons lbctl runs, by name, in the order they start; they stop in the
+# reverse.  BIRD offers the router only what keepalived's checks vouch for:
+# it starts once keepalived runs, and closes its session before keepalived
+# (and the IPVS table) goes.
+KEEPALIVED, BIRD = "keepalived", "bird"
+DAEMON_ORDER = (KEEPALIVED, BIRD)
 
 
 @dataclass(frozen=True, order=True)
@@ -59,7 +65,7 @@ class FileSpec:
 
 @dataclass(frozen=True)
 class DaemonSpec:
-    """A daemon lbctl runs on the node (keepalived) and the files it reads.
+    """A daemon lbctl runs on the node (keepalived, BIRD) and the files it reads.
 
     A change to `files` needs a reload; `config` is tested by the daemon
     itself before it is written.
@@ -85,8 +91,8 @@ class NodeState:
     sysctls: dict = field(default_factory=dict)  # {"net.ipv4...": "1"}
     files: dict = field(default_factory=dict)  # {"/etc/...": FileSpec}
     links: dict = field(default_factory=dict)  # {"/etc/...wants/x": "/etc/.../x"}
-    # Desired: the daemon to run.  Observed: the daemon found running.
-    daemon: DaemonSpec | None = None
+    # Desired: the daemons to run.  Observed: those found running.
+    daemons: dict = field(default_factory=dict)  # {name: DaemonSpec}
     # Services and VIPs the daemon manages: lbctl neither creates nor removes
     # them, and stops recording them as its own.
     external: set = field(default_factory=set)  # {ServiceKey or Address}
@@ -111,6 +117,12 @@ class NodeState:
     # with, left behind when the pair became one.  Observed: those running.
     stray_sync: tuple | None = None
     sync_daemons: list = field(default_factory=list)  # [SyncDaemon]
+
+    @property
+    def keepalived(self):
+        """keepalived's DaemonSpec: it keeps this balancer's IPVS table and
+        VIPs (desired), or runs (observed); None otherwise."""
+        return self.daemons.get(KEEPALIVED)
 
 
 @dataclass

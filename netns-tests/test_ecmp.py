@@ -192,6 +192,38 @@ def test_stopping_a_balancer_withdraws_it_first(both):
     lab.wait_for_next_hops(VIP, ["lb1", "lb2"])
 
 
+def test_an_apply_while_bird_is_down_reloads_keepalived_too(both):
+    """BIRD stopped (by hand, or failed) while keepalived runs on: apply
+    starts BIRD again, and keepalived must still read the files it wrote.
+    It once only started BIRD, and recorded keepalived's files as loaded,
+    so no later apply reloaded them either.  keepalived is reloaded, not
+    started: its table is not handed over at weight 0."""
+    lab = both
+    with open(lab.path("lb1", "pid_file", "bird")) as fh:
+        bird = int(fh.read())
+    os.kill(bird, signal.SIGTERM)
+    lab.wait_for(lambda: not os.path.exists(f"/proc/{bird}"), what="lb1's BIRD stopped")
+    lab.wait_for_next_hops(VIP, ["lb2"], timeout=15)
+    keepalived = lab.keepalived_pids("lb1")[0]
+    with_pi4 = copy.deepcopy(ECMP)
+    with_pi4["workers"]["pi4"] = {"address": "192.168.100.7"}
+    path = _write(lab.files / "ecmp-pi4-bird-down.yaml", with_pi4)
+    try:
+        for node in ("pi4", "lb1"):  # the new worker first, then the balancer
+            applied = lab.lbctl(node, "apply", str(path))
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert lab.keepalived_pids("lb1")[0] == keepalived  # reloaded, not restarted
+        # keepalived runs the new file: pi4 is in its table (checked, so it
+        # may still be at weight 0), and nothing is left to reload.
+        assert "192.168.100.7:80" in (ipvs_table.service(ipvs_table.on(lab, "lb1"), VIP, 80)
+                                      or {}), lab.ipvs_rules("lb1")
+        plan = lab.lbctl("lb1", "plan", str(path), "--detailed-exitcode")
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        _waited(lab, ["lb1", "lb2"], "lb1")  # BIRD offers again
+    finally:
+        lab.lbctl("pi4", "apply", str(path), "--remove")
+
+
 def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
     lab = both
     with_pi4 = copy.deepcopy(ECMP)

@@ -363,34 +363,68 @@ def held_on(lab, node, ifname):
     return lab.sh(node, ["ip", "-4", "-o", "address", "show", "dev", ifname]).stdout
 
 
-def test_a_cluster_that_leaves_mode_ecmp_stops_announcing(lab, fleet):
-    """mode ecmp, then a failover pair, by apply --all of the same cluster:
-    BIRD stops and the router drops every route, exactly one balancer
-    holds the pair's VIP, and the client is served through it."""
+def test_one_cluster_moves_from_mode_to_mode_with_only_that_modes_daemons(lab, fleet):
+    """One cluster by apply --all: mode ecmp, a failover pair, ecmp again,
+    then one balancer (lb2 taken out with apply --remove on it).  After each
+    step exactly the new mode's daemons run: BIRD only in mode ecmp, and the
+    router has no route once the cluster leaves it (a BIRD left running
+    would keep sending half the flows to the pair's backup); exactly one
+    VRRP holder in the pair; the VIPs on lo or on eth0 as the mode wants;
+    and the client is served through them."""
     ecmp_path = write_cluster(lab.files / "moving-ecmp.yaml", ECMP)
     pair_path = write_cluster(lab.files / "moving-pair.yaml", PAIR)
+    single_path = write_cluster(lab.files / "moving-single.yaml", SINGLE_CHECKED)
     everyone = {f"served by {w}" for w in WORKERS}
-    try:
-        done = fleet.lbctl_all("apply", str(ecmp_path))
-        assert done.returncode == 0, done.stdout + done.stderr
-        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
 
-        done = fleet.lbctl_all("apply", str(pair_path))
+    def applied_all(path):
+        done = fleet.lbctl_all("apply", str(path))
         assert done.returncode == 0, done.stdout + done.stderr
-        # BIRD is gone, and with it every route at the router: a BIRD left
-        # running would keep sending half the flows to the backup.
+
+    def as_ecmp():
+        for node in BALANCERS:
+            assert daemons(lab, node) == {"keepalived", "bird"}, node
+            assert ROUTED_VIP in held_on(lab, node, "lo"), node
+            assert LAN_VIP not in held_on(lab, node, "eth0"), node
+        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
+        lab.wait_for(lambda: served_by(lab, ROUTED_VIP) == everyone, timeout=30,
+                     what="every worker serving through both ECMP balancers")
+
+    def no_routes():
+        lab.wait_for(lambda: lab.next_hops(ROUTED_VIP) == [], timeout=15,
+                     what="the router to have no route for the ECMP VIP")
+
+    try:
+        applied_all(ecmp_path)
+        as_ecmp()
+
+        applied_all(pair_path)
         for node in BALANCERS:
             assert daemons(lab, node) == {"keepalived"}, node
             assert ROUTED_VIP not in held_on(lab, node, "lo"), node
-        lab.wait_for(lambda: lab.next_hops(ROUTED_VIP) == [], timeout=15,
-                     what="the router to have no route for the ECMP VIP")
+        no_routes()
         lab.wait_for_roles("lb1", "lb2")  # preempt, and lb1 has the higher priority
         lab.wait_for(lambda: [LAN_VIP in held_on(lab, n, "eth0") for n in BALANCERS] ==
                      [True, False], timeout=15, what="the pair's VIP on lb1 alone")
         lab.wait_for(lambda: served_by(lab, LAN_VIP) == everyone, timeout=30,
                      what="every worker serving through the pair")
+
+        applied_all(ecmp_path)
+        as_ecmp()  # the pair's VRRP instance went with the reload
+
+        removed = lab.lbctl("lb2", "apply", str(ecmp_path), "--remove")
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        assert daemons(lab, "lb2") == set()
+        lab.wait_for_next_hops(ROUTED_VIP, ["lb1"], timeout=15)
+        applied_all(single_path)
+        assert daemons(lab, "lb1") == {"keepalived"}
+        assert ROUTED_VIP not in held_on(lab, "lb1", "lo")
+        no_routes()
+        assert LAN_VIP in held_on(lab, "lb1", "eth0")
+        assert LAN_VIP not in held_on(lab, "lb2", "eth0") and daemons(lab, "lb2") == set()
+        lab.wait_for(lambda: served_by(lab, LAN_VIP) == everyone, timeout=30,
+                     what="every worker serving through the one balancer")
     finally:
-        done = fleet.lbctl_all("apply", str(pair_path), "--remove")
-        if done.returncode != 0:
-            take_everything_away(lab, fleet, pair_path, ["lb1", "lb2"])
-            take_everything_away(lab, fleet, ecmp_path, ["lb1", "lb2"])
+        done = fleet.lbctl_all("apply", str(single_path), "--remove")
+        if done.returncode != 0 or daemons(lab, "lb2"):  # a step failed: whatever it left
+            for path in (single_path, pair_path, ecmp_path):
+                take_everything_away(lab, fleet, path, ["lb1", "lb2"])

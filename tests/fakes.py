@@ -138,10 +138,11 @@ class FakeFiles:
 __all__ = ["FakeIpvs", "FakeAddresses", "FakeSysctls", "FakeFiles", "FWD_DIRECT_ROUTING"]
 
 
-class FakeKeepalived:
-    """Records what apply asks of keepalived; `rejects` makes its config test fail."""
+class FakeDaemon:
+    """Records what apply asks of a daemon; `rejects` makes its config test fail."""
 
-    def __init__(self, is_running=False, rejects=()):
+    def __init__(self, is_running=False, rejects=(), name="keepalived"):
+        self.name = name
         self.is_running = is_running
         self.rejects = list(rejects)
         self.calls = []

@@ -78,7 +78,7 @@ def install_hook(folder, name):
 
 def keepalived_test(tmp_path, conf, cluster_name="pi-web"):
     """keepalived's findings on a conf edited after keepalived_findings()."""
-    from lbctl.adapters.keepalived import KeepalivedProcess
+    from lbctl.adapters.keepalived import KeepalivedDaemon
     from lbctl.layout import Layout
 
-    return KeepalivedProcess(Layout(cluster_name, str(tmp_path))).test(conf)
+    return KeepalivedDaemon(Layout(cluster_name, str(tmp_path))).test(conf)

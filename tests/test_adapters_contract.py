@@ -9,19 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeKeepalived, FakeSysctls
+from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeDaemon, FakeSysctls
 from lbctl.adapters.addrs import AddressIp
 from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.ipvs import IpvsNetlink
-from lbctl.adapters.keepalived import KeepalivedProcess
-from lbctl.adapters.protocols import Addresses, Files, Ipvs, Keepalived, Sysctls
+from lbctl.adapters.bird import BirdDaemon
+from lbctl.adapters.keepalived import KeepalivedDaemon
+from lbctl.adapters.protocols import Addresses, Daemon, Files, Ipvs, Sysctls
 from lbctl.adapters.sysctl import SysctlProc
 from lbctl.errors import ApplyError
 from lbctl.state import FileSpec
 
 PAIRS = [(Ipvs, IpvsNetlink, FakeIpvs), (Addresses, AddressIp, FakeAddresses),
          (Sysctls, SysctlProc, FakeSysctls), (Files, FilesRoot, FakeFiles),
-         (Keepalived, KeepalivedProcess, FakeKeepalived)]
+         (Daemon, KeepalivedDaemon, FakeDaemon), (Daemon, BirdDaemon, FakeDaemon)]
 
 
 def _methods(protocol):
@@ -31,8 +32,13 @@ def _methods(protocol):
 
 @pytest.mark.parametrize("protocol,real,fake", PAIRS, ids=lambda p: getattr(p, "__name__", p))
 def test_real_and_fake_implement_the_protocol(protocol, real, fake):
-    assert issubclass(real, protocol)
-    assert issubclass(fake, protocol)
+    # (issubclass() cannot check a protocol's attributes, such as Daemon.name.)
+    for attribute in getattr(protocol, "__annotations__", {}):
+        assert isinstance(getattr(real, attribute, None), str), attribute
+        assert attribute in inspect.signature(fake).parameters, attribute
+    if not getattr(protocol, "__annotations__", {}):
+        assert issubclass(real, protocol)
+        assert issubclass(fake, protocol)
     for name in _methods(protocol):
         expected = list(inspect.signature(getattr(protocol, name)).parameters)
         assert list(inspect.signature(getattr(real, name)).parameters) == expected, name

@@ -41,7 +41,7 @@ def keepalived_plan(ipvs, force=False, running=True):
     desired = desired_state(cluster, "lb1", "eth0", layout=Layout(cluster.name),
                             leaving=leaving, force=force)
     observed = NodeState("balancer", "lb1", "pi-web")
-    observed.daemon = DaemonSpec("keepalived", "") if running else None
+    observed.daemons = {"keepalived": DaemonSpec("keepalived", "")} if running else {}
     for svc in ipvs:
         observed.services[svc.key] = ServiceSpec(svc.scheduler, svc.persistence, svc.flags)
         for d in svc.dests:

@@ -186,8 +186,10 @@ def test_a_balancer_runs_bird_with_keepalived(tmp_path):
     # However keepalived ends (a crash before systemd restarts it included:
     # BindsTo does not stop BIRD then), BIRD offers nothing.
     assert exec_start_lines(keepalived, "ExecStopPost") == [layout.announce_argv("reset")]
-    # A changed bird.conf or map reloads (and so reconfigures BIRD).
-    assert {layout.bird_conf, layout.announce_map} <= state.daemon.files
+    # A changed map reloads keepalived (whose hook has BIRD offer what it
+    # says); a changed bird.conf reloads BIRD alone.
+    assert layout.announce_map in state.daemons["keepalived"].files
+    assert state.daemons["bird"].files == {layout.bird_conf}
 
 
 def test_keepalived_runs_checks_and_quorum_hooks_but_no_vrrp(tmp_path):

@@ -340,8 +340,8 @@ def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
 
 def test_every_kind_of_change_has_one_way_to_be_carried_out():
     from lbctl.execute import LOCAL_HANDLERS
-    from lbctl.plan import IPVS_KINDS, Kind
+    from lbctl.plan import DAEMON_KINDS, IPVS_KINDS, Kind
 
-    # One at a time through its handler, IPVS in batches, the daemon by itself.
-    assert set(LOCAL_HANDLERS) | set(IPVS_KINDS) | {Kind.KEEPALIVED} == set(Kind)
+    # One at a time through its handler, IPVS in batches, the daemons through theirs.
+    assert set(LOCAL_HANDLERS) | set(IPVS_KINDS) | set(DAEMON_KINDS) == set(Kind)
     assert not set(LOCAL_HANDLERS) & (set(IPVS_KINDS) | {Kind.KEEPALIVED})

@@ -8,10 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeKeepalived, FakeSysctls
+from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeDaemon, FakeSysctls
 from helpers import PI_SINGLE, cluster_from, install_hook, keepalived_findings, keepalived_test
-from lbctl.adapters.keepalived import KeepalivedProcess
+from lbctl.adapters.keepalived import KeepalivedDaemon
 from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
+from lbctl.adapters.systemd import Systemd
 from lbctl.config.model import DestKey, ServiceKey
 from lbctl.desired import BootApply, desired_state, leaving_real_servers
 from lbctl.errors import ApplyError, ConfigError
@@ -25,6 +26,8 @@ from lbctl.render.keepalived import (
     SCRIPT_USER, render_keepalived_conf, script_text,
 )
 from lbctl.layout import Layout
+
+NO_SYSTEMD = Systemd(runs=False)  # as in the lab and in containers
 
 PAIR = PI_SINGLE.replace(
     "  lb1: {address: 192.168.100.2, interface: eth0}\n",
@@ -116,10 +119,10 @@ def test_exec_checks_pass_each_word_as_it_is_under_the_node_root():
 
 class Balancer:
     def __init__(self, keepalived=None):
-        self.keepalived = keepalived or FakeKeepalived()
+        self.keepalived = keepalived or FakeDaemon()
         self.adapters = Adapters(
             ipvs=FakeIpvs(), addresses=FakeAddresses({(IPv4Address("192.168.100.2"), 24, "eth0")}),
-            sysctls=FakeSysctls(), files=FakeFiles(), keepalived=self.keepalived)
+            sysctls=FakeSysctls(), files=FakeFiles(), daemons={"keepalived": self.keepalived})
 
     def context(self, text):
         """What apply works from: the desired and observed states, and the plan."""
@@ -172,7 +175,7 @@ def test_a_config_keepalived_rejects_changes_nothing():
 
 def without_keepalived(root):
     """This cluster's keepalived on a node where the package is not installed."""
-    return KeepalivedProcess(Layout("pi-web", str(root)), use_systemd=False,
+    return KeepalivedDaemon(Layout("pi-web", str(root)), systemd=NO_SYSTEMD,
                              binary=str(root / "usr/sbin/keepalived"))
 
 
@@ -207,7 +210,7 @@ def test_a_start_without_keepalived_installed_changes_nothing_either(tmp_path):
     node = Balancer()
     node.apply(PAIR)
     # keepalived was removed since: the next apply must start it, and restore its check script.
-    node.adapters.keepalived = without_keepalived(tmp_path)
+    node.adapters.daemons["keepalived"] = without_keepalived(tmp_path)
     del node.adapters.files.files["/etc/lbctl/pi-web/lbctl-check"]
     before = dict(node.adapters.files.files)
     plan = node.plan(PAIR)
@@ -325,7 +328,7 @@ def test_boot_units_keep_retrying_a_start_that_fails_and_systemd_accepts_them(tm
 
 
 def test_leaving_keepalived_stops_it_first_and_plans_again():
-    node = Balancer(FakeKeepalived(is_running=True))
+    node = Balancer(FakeDaemon(is_running=True))
     node.apply(PAIR)
     plan = node.plan(PI_SINGLE)
     assert (plan.changes[0].kind, plan.changes[0].key) == ("keepalived", "stop")
@@ -514,13 +517,13 @@ def test_the_exporter_listens_on_this_host_only_unless_told_otherwise():
 
 
 def test_a_keepalived_too_old_to_reweight_on_reload_is_refused_before_anything_changes(tmp_path):
-    from lbctl.adapters.keepalived import KeepalivedProcess
+    from lbctl.adapters.keepalived import KeepalivedDaemon
 
     binary = tmp_path / "keepalived"
     binary.write_text("#!/bin/sh\necho 'Keepalived v2.1.5 (07/13,2020)' >&2\n")
     binary.chmod(0o755)
-    keepalived = KeepalivedProcess(Layout("pi-web", str(tmp_path / "root")),
-                                   use_systemd=False, binary=str(binary))
+    keepalived = KeepalivedDaemon(Layout("pi-web", str(tmp_path / "root")),
+                                   systemd=NO_SYSTEMD, binary=str(binary))
     with pytest.raises(ApplyError, match=r"version 2\.1\.5 is too old: lbctl needs 2\.2\.2"):
         keepalived.prepare()
     assert not (tmp_path / "root").exists()
@@ -556,7 +559,7 @@ def test_a_pair_drops_rather_than_resets_unsynced_packets_for_a_moment_after_a_t
     state = desired_state(cluster, "lb1", "eth0", layout=layout)
     assert state.files[layout.takeover_rules].content == rules
     assert state.files[layout.takeover].mode == 0o755
-    assert {layout.takeover, layout.takeover_rules} <= state.daemon.files  # a change reloads
+    assert {layout.takeover, layout.takeover_rules} <= state.keepalived.files  # a change reloads
     single = cluster_from(HEALTHY)
     assert layout.takeover_rules not in desired_state(single, "lb1", "eth0", layout=layout).files
 
@@ -581,13 +584,13 @@ def test_a_pair_advertises_one_fixed_address_whatever_the_vips():
 
 
 def test_a_pair_balancer_without_nft_is_refused_before_anything_changes(tmp_path):
-    from lbctl.adapters.keepalived import KeepalivedProcess
+    from lbctl.adapters.keepalived import KeepalivedDaemon
 
     binary = tmp_path / "keepalived"
     binary.write_text("#!/bin/sh\necho 'Keepalived v2.2.7 (01/16,2022)' >&2\n")
     binary.chmod(0o755)
-    keepalived = KeepalivedProcess(Layout("pi-web", str(tmp_path / "root")),
-                                   use_systemd=False, binary=str(binary), takeover=True,
+    keepalived = KeepalivedDaemon(Layout("pi-web", str(tmp_path / "root")),
+                                   systemd=NO_SYSTEMD, binary=str(binary), takeover=True,
                                    nft=str(tmp_path / "nft"))
     with pytest.raises(ApplyError, match=r"run nft: it is not installed .*`apt install "
                                          r"nftables`; nothing on this node was changed"):
@@ -596,7 +599,7 @@ def test_a_pair_balancer_without_nft_is_refused_before_anything_changes(tmp_path
 
 
 def test_an_exec_check_the_script_user_cannot_run_stops_apply_before_any_change():
-    class ClosedProgram(FakeKeepalived):
+    class ClosedProgram(FakeDaemon):
         def prepare(self, programs=frozenset()):
             super().prepare(programs)
             if programs:
@@ -616,7 +619,7 @@ def test_an_exec_check_the_script_user_cannot_run_stops_apply_before_any_change(
 
 
 def test_a_reload_lost_after_the_files_were_written_is_made_good_by_the_next_apply():
-    class ReloadKilled(FakeKeepalived):
+    class ReloadKilled(FakeDaemon):
         def reload(self):
             super().reload()
             raise OSError(errno.EINTR, "killed")  # as a kill -9 of apply between the two
@@ -626,12 +629,12 @@ def test_a_reload_lost_after_the_files_were_written_is_made_good_by_the_next_app
     reweighted = PAIR.replace("pi3: {address: 192.168.100.6, weight: 2}",
                               "pi3: {address: 192.168.100.6, weight: 5}")
     assert reweighted != PAIR
-    node.adapters.keepalived = node.keepalived = ReloadKilled(is_running=True)
+    node.adapters.daemons["keepalived"] = node.keepalived = ReloadKilled(is_running=True)
     with pytest.raises(ApplyError):
         node.apply(reweighted)
     assert "weight 5" in node.adapters.files.read(CONF)[0]  # the files are the new ones
     # The files match the cluster file, yet keepalived runs the old ones: reload.
-    node.adapters.keepalived = node.keepalived = FakeKeepalived(is_running=True)
+    node.adapters.daemons["keepalived"] = node.keepalived = FakeDaemon(is_running=True)
     plan = node.plan(reweighted)
     assert [(c.kind, c.key) for c in plan.changes] == [("keepalived", "reload")]
     assert "not known to run the files on disk" in format_plan(plan)
@@ -713,7 +716,7 @@ def test_running_asks_systemd_and_reads_the_pid_file_when_systemd_cannot_answer(
     import sys
     import time
 
-    import lbctl.adapters.keepalived as adapter
+    import lbctl.adapters.systemd as adapter
 
     layout = Layout("pi-web", str(tmp_path))
     conf = layout.real(layout.conf)
@@ -731,7 +734,7 @@ def test_running_asks_systemd_and_reads_the_pid_file_when_systemd_cannot_answer(
         monkeypatch.setattr(adapter, "run", lambda argv, **kw: subprocess.CompletedProcess(
             argv, systemctl_status, "", "Failed to connect to bus" if systemctl_status == 1
             else ""))
-        assert KeepalivedProcess(layout, use_systemd=True).running() is expected
+        assert KeepalivedDaemon(layout, Systemd(runs=True)).running() is expected
     finally:
         stand_in.kill()
         stand_in.wait()

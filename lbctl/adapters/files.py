@@ -138,13 +138,14 @@ def remove_runtime_dirs(root, cluster_name):
     import shutil
 
     from lbctl.layout import DRAIN_DIR, ETC_DIR, OWNERSHIP_DIR, RUN_DIR, Layout
+    from lbctl.state import DAEMON_ORDER
 
     layout = Layout(cluster_name, root)
     shutil.rmtree(layout.real(layout.run_dir), ignore_errors=True)
     files = FilesRoot(root)
     # The drain record goes with the cluster: its workers are not lbctl's here any more.
-    for path in (layout.drain_record, layout.balancer_drained, layout.keepalived_loaded,
-                 layout.lock):
+    for path in (layout.drain_record, layout.balancer_drained, layout.lock,
+                 *map(layout.loaded, DAEMON_ORDER)):
         files.remove(path)
     for folder in (RUN_DIR, layout.etc_dir, ETC_DIR, DRAIN_DIR, OWNERSHIP_DIR):
         try:

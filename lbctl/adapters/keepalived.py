@@ -1,8 +1,7 @@
 """This cluster's keepalived: its config test, and starting, reloading and stopping it.
 
 Where systemd runs, keepalived runs as lbctl's own unit.  Without systemd (the
-lab, containers) lbctl starts it directly in its own session, so it outlives
-the apply, and finds it again through its pid file.
+lab, containers) lbctl starts it directly (adapters/process.py).
 """
 
 import fcntl
@@ -12,96 +11,55 @@ import shutil
 import signal
 import stat
 import subprocess
-import tempfile
 import time
 from contextlib import suppress
 
 from lbctl.adapters.files import ensure_dir
-from lbctl.adapters.programs import (
-    BIRD, BIRDC, JOURNALCTL, KEEPALIVED, NFT, QUICK, SYSTEMCTL, SYSTEMD, USERADD, run,
-)
+from lbctl.adapters.process import DaemonProcess
+from lbctl.adapters.programs import KEEPALIVED, NFT, QUICK, USERADD, run
+from lbctl.adapters.systemd import Systemd
 from lbctl.errors import ApplyError
-from lbctl.render.bird import bird_argv
 from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
 from lbctl.trust import ancestors
 
 MIN_VERSION = (2, 2, 2)
 
 
-def systemd_running():
-    return os.path.isdir("/run/systemd/system")
+class KeepalivedDaemon:
+    """`takeover`: this balancer is one of a pair and has the takeover grace
+    (keepalived/lbctl-takeover); otherwise any table of it is deleted.
+    `announce`: mode ecmp, where keepalived's announce hook keeps the VIPs
+    BIRD offers in step with its checks; nothing is on offer until this
+    keepalived's checks pass."""
 
+    name = "keepalived"
 
-# `systemctl is-active` exit statuses: active, inactive or failed, no such unit.
-SYSTEMCTL_ACTIVE, SYSTEMCTL_INACTIVE, SYSTEMCTL_NO_UNIT = 0, 3, 4
-
-
-class KeepalivedProcess:
-    def __init__(self, layout, use_systemd=None, binary=KEEPALIVED, takeover=False, nft=NFT,
-                 bird=False):
-        """`takeover`: this balancer is one of a pair and has the takeover grace
-        (keepalived/lbctl-takeover); otherwise any table of it is deleted.
-        `bird`: mode ecmp, where BIRD runs with keepalived (it starts, reloads
-        and stops with it) and offers the router what keepalived's checks allow."""
+    def __init__(self, layout, systemd=None, binary=KEEPALIVED, takeover=False, nft=NFT,
+                 announce=False):
         self.layout = layout
         self.binary = binary
         self.takeover = takeover
         self.nft = nft
-        self.bird = bird
-        # A node root other than "/" is a lab node: systemd there is the host's.
-        self.use_systemd = (systemd_running() and layout.root == "/") if use_systemd is None \
-            else use_systemd
+        self.announce = announce
+        self.systemd = systemd or Systemd(layout.root)
+        self.process = DaemonProcess(layout, "keepalived", layout.conf)
 
     # -- queries ---------------------------------------------------------------
     def running(self):
-        """keepalived runs, and in mode ecmp BIRD with it: one without the
-        other is started again."""
-        units = [self.layout.unit] + ([self.layout.bird_unit] if self.bird else [])
-        if self.use_systemd:
-            statuses = [run([SYSTEMCTL, "is-active", "--quiet", unit]).returncode
-                        for unit in units]
-            if all(s in (SYSTEMCTL_ACTIVE, SYSTEMCTL_INACTIVE, SYSTEMCTL_NO_UNIT)
-                   for s in statuses):
-                return all(s == SYSTEMCTL_ACTIVE for s in statuses)
-            # systemctl could not ask systemd: a reader that is not root, such as
-            # the exporter's dynamic user, on a host without a D-Bus system bus.
-            # keepalived's pid file and command line say as much.
-        return self._pid() is not None and (not self.bird or self._bird_pid() is not None)
-
-    def _pid(self, process="keepalived", conf=None):
-        """The pid of `process` (its parent), if alive and run on this cluster's config."""
-        try:
-            with open(self.layout.real(self.layout.pid_file(process))) as fh:
-                pid = int(fh.read().strip())
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-        except (OSError, ValueError):
-            return None
-        conf = self.layout.real(conf or self.layout.conf).encode()
-        return pid if conf in argv else None
-
-    def _bird_pid(self):
-        return self._pid("bird", self.layout.bird_conf)
+        return self.process.running(self.systemd, self.layout.unit)
 
     def test(self, text):
         """keepalived's own verdict on a candidate config: a list of problems, empty if fine."""
         self._require_installed()
-        run_dir = self._make_run_dirs()
-        fd, path = tempfile.mkstemp(prefix=".keepalived-test-", suffix=".conf", dir=run_dir)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            result = run([self.binary, "--config-test", "--use-file", path])
-        finally:
-            os.unlink(path)
-        lines = [line.replace(path, self.layout.real(self.layout.conf)).strip()
-                 for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+        self._make_run_dirs()
+        status, lines = self.process.check_config(
+            text, [self.binary, "--config-test", "--use-file"])
         # keepalived 2.2.7 ends its config test with SIGTERM whenever script_user
         # is set (fixed in 2.2.8), so that status alone means nothing; its
         # findings are what it prints, and lbctl's config should draw none.
-        if result.returncode in (0, -signal.SIGTERM) and not lines:
+        if status in (0, -signal.SIGTERM) and not lines:
             return []
-        return lines or [f"keepalived --config-test exited with status {result.returncode}"]
+        return lines or [f"keepalived --config-test exited with status {status}"]
 
     # -- changes ---------------------------------------------------------------
     def prepare(self, programs=frozenset()):
@@ -115,108 +73,49 @@ class KeepalivedProcess:
             raise ApplyError("run", "nft", f"it is not installed ({self.nft} not found), and a "
                              "failover pair's balancers need it for the takeover grace: install "
                              "it with `apt install nftables`; nothing on this node was changed")
-        if self.bird:
-            for program in (BIRD, BIRDC):
-                if not os.access(program, os.X_OK):
-                    raise ApplyError("run", "BIRD", f"it is not installed ({program} not found), "
-                                     "and the balancers of mode ecmp announce the VIPs with it: "
-                                     "install it with `apt install bird2`; nothing on this node "
-                                     "was changed")
         ensure_system_user(SCRIPT_USER)
         for program in sorted(programs):
             _require_runnable_by(_user(SCRIPT_USER), program)
         self._make_run_dirs()
 
     def start(self):
-        """keepalived (and BIRD with it), or whichever of them is not running."""
         self.prepare()
-        self._stop_unwanted_bird()
-        fresh = self._pid() is None
-        if fresh:
+        if self.process.pid() is None:
             # State from an earlier run would show health keepalived no longer has.
             empty_folder(self.layout.real(self.layout.state_dir))
-        if self.bird:
-            ensure_dir(self.layout.root, self.layout.announce_dir)
-            if fresh:
+            if self.announce:
                 # Nor may BIRD offer a VIP before this keepalived's checks pass.
+                ensure_dir(self.layout.root, self.layout.announce_dir)
                 run(self.layout.announce_argv("reset"))
         self._load_takeover_rules(self.takeover)
-        if self.use_systemd:
-            self._systemctl("start", self.layout.bird_unit if self.bird else None)
-            return
-        if fresh:
-            self._spawn("keepalived", keepalived_argv(self.layout, self.binary), self._pid)
-        if self.bird and self._bird_pid() is None:
-            self._spawn("bird", bird_argv(self.layout, BIRD), self._bird_pid)
-
-    def _spawn(self, name, argv, pid):
-        """Start a daemon in a session of its own (it outlives apply), logging
-        to a file in the run folder; wait for its pid file."""
-        log = os.open(self._log(name), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                    start_new_session=True, close_fds=True)
-        finally:
-            os.close(log)
-        self._wait(lambda: pid() is not None or proc.poll() is not None, "start", name)
-        if pid() is None:
-            raise ApplyError("start", name, f"it exited at once:\n  {self._log_tail(name)}")
+        if self.systemd.runs:
+            self.systemd.start(self.layout.unit, "keepalived")
+        elif self.process.pid() is None:
+            self.process.spawn(keepalived_argv(self.layout, self.binary))
 
     def reload(self):
         """keepalived reads its config again; in mode ecmp the VIPs on offer
-        follow the new file's services, and BIRD reads its config too."""
-        self._stop_unwanted_bird()
+        follow the new file's services."""
         self._load_takeover_rules(self.takeover)
-        if self.use_systemd:
-            self._systemctl("reload")  # the unit's ExecReload runs the same sync
+        if self.systemd.runs:
+            self.systemd.reload(self.layout.unit, "keepalived")  # ExecReload syncs the offers too
             return
-        pid = self._pid()
-        if pid is None:
-            raise ApplyError("reload", "keepalived", "it is not running")
-        os.kill(pid, signal.SIGHUP)
-        if self.bird:
+        self.process.signal(signal.SIGHUP, "reload")
+        if self.announce:
             refused = sync_offers(self.layout)
             if refused is not None:
                 raise ApplyError("reload", "BIRD", refused)
 
     def stop(self):
         self._load_takeover_rules(False)  # before keepalived's stop hooks run
-        if self.use_systemd:
-            self._systemctl("stop")  # BIRD's unit stops with it
+        if self.systemd.runs:
+            self.systemd.stop(self.layout.unit, "keepalived")
             return
-        # BIRD first: the router withdraws every VIP as the session closes,
-        # and keepalived keeps the table a second longer while the router
-        # moves the flows to the other balancers (as BIRD's unit does).
-        for name, pid in (("bird", self._bird_pid), ("keepalived", self._pid)):
-            found = pid()
-            if found is not None:
-                os.kill(found, signal.SIGTERM)
-                self._wait(lambda: pid() is None, "stop", name)
-                if name == "bird":
-                    time.sleep(1)
-
-    def _stop_unwanted_bird(self):
-        """A BIRD of this cluster the file no longer wants (it left mode ecmp)
-        stops before keepalived reads its new files: the router withdraws this
-        balancer's offers as the session closes, rather than go on sending it
-        flows it would no longer take (a pair's backup, say)."""
-        if self.bird:
-            return
-        if self.use_systemd:
-            unit = self.layout.bird_unit
-            if run([SYSTEMCTL, "is-active", "--quiet", unit]).returncode == SYSTEMCTL_ACTIVE:
-                done = run([SYSTEMCTL, "stop", unit], timeout=SYSTEMD)
-                if done.returncode != 0:
-                    raise ApplyError("stop", f"BIRD ({unit})",
-                                     (done.stderr or done.stdout).strip() or "systemctl failed")
-        else:
-            found = self._bird_pid()
-            if found is None:
-                return
-            os.kill(found, signal.SIGTERM)
-            self._wait(lambda: self._bird_pid() is None, "stop", "bird")
-            time.sleep(1)  # as at any stop: the router moves the flows first
-        shutil.rmtree(self.layout.real(self.layout.announce_dir), ignore_errors=True)
+        self.process.terminate()
+        if self.announce and os.path.exists(self.layout.real(self.layout.announce)):
+            # However keepalived ended, BIRD offers nothing its checks no
+            # longer vouch for (as the unit's ExecStopPost does).
+            run(self.layout.announce_argv("reset"))
 
     # -- helpers -------------------------------------------------------------
     def _load_takeover_rules(self, wanted):
@@ -285,40 +184,6 @@ class KeepalivedProcess:
             os.chown(state_dir, user.pw_uid, user.pw_gid, follow_symlinks=False)
         os.chmod(state_dir, 0o755, follow_symlinks=False)
         return run_dir
-
-    def _log(self, name="keepalived"):
-        return self.layout.real(self.layout.log_file(name))
-
-    def _log_tail(self, name="keepalived", lines=5):
-        try:
-            with open(self._log(name), encoding="utf-8", errors="replace") as fh:
-                return "\n  ".join(fh.read().splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def _systemctl(self, verb, also=None):
-        result = run([SYSTEMCTL, verb, self.layout.unit, *filter(None, [also])],
-                     timeout=SYSTEMD)
-        if result.returncode != 0:
-            said = (result.stderr or result.stdout).strip() or f"status {result.returncode}"
-            # systemctl only points at the journal: show what the unit said there.
-            try:
-                journal = run([JOURNALCTL, "--no-pager", "-q", "-o", "cat", "-n", "8",
-                                "-u", self.layout.unit]).stdout.strip()
-            except OSError:
-                journal = ""
-            if journal:
-                said += "\n  the unit's last lines in the journal:\n    " + \
-                    "\n    ".join(journal.splitlines())
-            raise ApplyError(verb, f"keepalived ({self.layout.unit})", said)
-
-    def _wait(self, done, verb, name="keepalived", timeout=15):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if done():
-                return
-            time.sleep(0.05)
-        raise ApplyError(verb, name, f"not done after {timeout}s; see {self._log(name)}")
 
 
 def empty_folder(path):

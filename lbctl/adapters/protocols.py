@@ -1,6 +1,6 @@
 """The interfaces the executor and observer use; real adapters and fakes both meet them."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from lbctl.layout import OWNERSHIP_DIR
@@ -129,17 +129,23 @@ class Files(Protocol):
 
 
 @runtime_checkable
-class Keepalived(Protocol):
+class Daemon(Protocol):
+    """A daemon lbctl runs on a balancer (keepalived, BIRD), one adapter each.
+    The plan starts, reloads and stops them one by one (plan.DAEMON_ORDER)."""
+
+    name: str
+
     def running(self) -> bool: ...
 
-    def test(self, text: str) -> list: ...  # problems keepalived finds; [] when fine
+    def test(self, text: str) -> list: ...  # problems the daemon finds in a config; [] when fine
 
-    # The script user, its state folder, and that it can run these programs (exec checks).
+    # What it needs before it can run (keepalived: its script user, its state
+    # folder, and that the user can run these programs, the exec checks).
     def prepare(self, programs: frozenset = frozenset()) -> None: ...
 
     def start(self) -> None: ...
 
-    def reload(self) -> None: ...
+    def reload(self) -> None: ...  # it reads its files again
 
     def stop(self) -> None: ...
 
@@ -151,4 +157,8 @@ class Adapters:
     sysctls: Sysctls
     files: Files
     ownership_dir: str = OWNERSHIP_DIR
-    keepalived: Keepalived | None = None  # balancers of keepalived clusters, and ones leaving it
+    # {name: Daemon}: on a balancer, every daemon lbctl may run there, wanted
+    # or not, so that one the file no longer wants can be stopped.
+    daemons: dict = field(default_factory=dict)
+    # adapters.systemd.Systemd: lbctl's units; None where nothing may ask systemd.
+    systemd: object = None

@@ -9,6 +9,7 @@ from lbctl.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
 from lbctl.node import load_node
 from lbctl.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, Kind, format_plan
+from lbctl.state import KEEPALIVED
 
 
 def run(args, out):
@@ -66,7 +67,7 @@ def _apply(args, out, cluster, reached):
     if ctx.plan.deferred:
         out.write(f"{DEFERRED_MARK}: " + "; ".join(str(c).strip() for c in ctx.plan.deferred)
                   + "\n")
-    if ctx.desired.daemon is not None:
+    if ctx.desired.keepalived is not None:
         return check_keepalived_table(ctx, out, waited=changed)
     return 0
 
@@ -76,7 +77,7 @@ def vips_the_reload_drops(ctx):
     a VRRP instance the new config no longer has (a pair become one
     balancer), which this balancer holds itself from now on.  The plan was
     made while keepalived still held them, so it adds none."""
-    daemon = ctx.desired.daemon
+    daemon = ctx.desired.keepalived
     reloads = any(c.kind == Kind.KEEPALIVED and c.action == CHANGE for c in ctx.plan.changes)
     if daemon is None or not ctx.desired.addresses or not reloads:
         return set()
@@ -142,7 +143,8 @@ def check_keepalived_table(ctx, out, waited):
     from lbctl.errors import ApplyError
     from lbctl.health import describe_health, settle_seconds, wait_for_ipvs
 
-    layout = ctx.adapters.keepalived.layout
+    keepalived = ctx.adapters.daemons[KEEPALIVED]
+    layout = keepalived.layout
 
     def table(timeout):
         return wait_for_ipvs(ctx.cluster, layout.real(layout.state_dir), ctx.adapters.ipvs.dump,
@@ -155,8 +157,8 @@ def check_keepalived_table(ctx, out, waited):
         # left keepalived on its old config.  A reload compares the two and
         # applies the difference; what still differs after it is reported.
         out.write("  keepalived's table differs from its config: reloading keepalived\n")
-        ctx.adapters.keepalived.reload()
-        note_loaded(ctx.adapters.files, ctx.cluster.name, ctx.desired.daemon)
+        keepalived.reload()
+        note_loaded(ctx.adapters.files, ctx.cluster.name, ctx.desired.keepalived)
         waited = True
         problems, unchecked, reported = table(settle_seconds(ctx.cluster))
     if ctx.cluster.ipvs_timeouts:

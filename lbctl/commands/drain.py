@@ -145,15 +145,15 @@ def _make_weights_follow(ctx, keys, out):
     `lbctl apply`, and so is the ownership record."""
     from lbctl.execute import execute
 
-    conf = ctx.adapters.keepalived.layout.conf if ctx.desired.daemon else None
+    conf = ctx.desired.keepalived.config if ctx.desired.keepalived else None
     ours = drain_changes(ctx.plan, keys, conf)
     others = len(ctx.plan.changes) - len(ours)
     ctx.plan.changes = ours
     ctx.plan.owned_after = ctx.plan.owned_before  # a drain takes nothing away
     if ours:
         execute(ctx.plan, ctx.adapters)
-    if ctx.desired.daemon is not None:
-        if ctx.observed.daemon is None:
+    if ctx.desired.keepalived is not None:
+        if ctx.observed.keepalived is None:
             raise LbctlError("keepalived is not running here: the drain is recorded and "
                              "`lbctl apply` starts keepalived with it")
         from lbctl.commands.apply import check_keepalived_table

@@ -102,15 +102,5 @@ def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):
             "--checkers_pid", layout.real(layout.pid_file("checkers"))]
 
 
-def config_digest(contents):
-    """One digest of {path: text} for the files keepalived reads."""
-    import hashlib
-
-    digest = hashlib.sha256()
-    for path in sorted(contents):
-        digest.update(f"{path}\0{contents[path]}\0".encode())
-    return digest.hexdigest()
-
-
 def script_text(name):
     return template_text("keepalived", name)

@@ -1,0 +1,91 @@
+"""This cluster's BIRD (mode ecmp): its config test, and starting, reloading
+and stopping it.
+
+BIRD offers the router what keepalived's checks allow: the files keepalived's
+announce hook keeps in the announce folder.  So it starts after keepalived
+and stops before it (the plan orders them), and under systemd its unit is
+bound to keepalived's.
+"""
+
+import os
+import shutil
+import time
+
+from lbctl.adapters.files import ensure_dir
+from lbctl.adapters.process import DaemonProcess
+from lbctl.adapters.programs import BIRD, BIRDC, run
+from lbctl.adapters.systemd import Systemd
+from lbctl.errors import ApplyError
+from lbctl.render.bird import bird_argv
+
+# After BIRD has closed its session the router moves the flows to the other
+# balancers; whatever stops next (keepalived and its table) waits this long.
+WITHDRAW_SECONDS = 1
+# What `birdc configure` says when BIRD took the config, or queued it.
+TAKEN = ("Reconfigured", "Reconfiguration in progress", "queueing new config")
+
+
+class BirdDaemon:
+    name = "bird"
+
+    def __init__(self, layout, systemd=None, binary=BIRD, client=BIRDC):
+        self.layout = layout
+        self.binary = binary
+        self.client = client
+        self.systemd = systemd or Systemd(layout.root)
+        self.process = DaemonProcess(layout, "bird", layout.bird_conf)
+
+    def running(self):
+        return self.process.running(self.systemd, self.layout.bird_unit)
+
+    def test(self, text):
+        """BIRD's own parser on a candidate config: a list of problems, empty if fine."""
+        self._require_installed()
+        status, lines = self.process.check_config(text, [self.binary, "-p", "-c"])
+        if status == 0:
+            return []
+        return lines or [f"bird -p exited with status {status}"]
+
+    def prepare(self, programs=frozenset()):
+        """BIRD installed, and the folder of offers its config includes."""
+        self._require_installed()
+        ensure_dir(self.layout.root, self.layout.announce_dir)
+
+    def start(self):
+        self.prepare()
+        if self.systemd.runs:
+            self.systemd.start(self.layout.bird_unit, "BIRD")
+        elif self.process.pid() is None:
+            self.process.spawn(bird_argv(self.layout, self.binary))
+
+    def reload(self):
+        """BIRD reads its config again; a changed BGP setting restarts the session."""
+        if self.systemd.runs:
+            self.systemd.reload(self.layout.bird_unit, "BIRD")
+            return
+        if self.process.pid() is None:
+            raise ApplyError("reload", "BIRD", "it is not running")
+        done = run([self.client, "-s", self.layout.real(self.layout.bird_socket), "configure"])
+        said = (done.stdout + done.stderr).strip()
+        # Taken now, or queued behind a reconfiguration still running (as
+        # keepalived's announce hook reads it).
+        if done.returncode != 0 or not any(word in said for word in TAKEN):
+            raise ApplyError("reload", "BIRD", said or f"birdc exited with status {done.returncode}")
+
+    def stop(self):
+        """The router withdraws this balancer's offers as the session closes;
+        the offers go too, so a later start offers nothing stale."""
+        if self.systemd.runs:
+            self.systemd.stop(self.layout.bird_unit, "BIRD")  # its unit waits after
+        elif self.process.pid() is not None:
+            self.process.terminate()
+            time.sleep(WITHDRAW_SECONDS)
+        shutil.rmtree(self.layout.real(self.layout.announce_dir), ignore_errors=True)
+
+    def _require_installed(self):
+        for program in (self.binary, self.client):
+            if not os.access(program, os.X_OK):
+                raise ApplyError("run", "BIRD", f"it is not installed ({program} not found), "
+                                 "and the balancers of mode ecmp announce the VIPs with it: "
+                                 "install it with `apt install bird2`; nothing on this node "
+                                 "was changed")
