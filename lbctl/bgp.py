@@ -78,21 +78,21 @@ def _epoch(text):
     return datetime.strptime(text, BIRD_TIME).timestamp()
 
 
-def format_bgp(bgp, router, now):
-    """status's lines for one cluster's BGP side."""
+def format_bgp(bgp, now):
+    """status's lines for one cluster's BGP side (`bgp`: a status.model.BgpStatus)."""
     from lbctl.health import for_how_long
 
-    if bgp["error"]:
-        return [f"  BGP to the router {router}: unknown, {bgp['error']}"]
-    since = f" {for_how_long(now, bgp['since'])}" if bgp["since"] is not None else ""
-    lines = [f"  BGP to the router {router}: {bgp['state'] or 'unknown'}{since}"]
-    if bgp["state"] != "Established" and bgp["last_error"]:
-        lines.append(f"    last error: {bgp['last_error']}")
-    heard = bgp["state"] == "Established"
-    if not bgp["offered"]:
+    if bgp.error:
+        return [f"  BGP to the router {bgp.router}: unknown, {bgp.error}"]
+    since = f" {for_how_long(now, bgp.since)}" if bgp.since is not None else ""
+    lines = [f"  BGP to the router {bgp.router}: {bgp.state or 'unknown'}{since}"]
+    if bgp.state != "Established" and bgp.last_error:
+        lines.append(f"    last error: {bgp.last_error}")
+    heard = bgp.state == "Established"
+    if not bgp.offered:
         lines.append("  offering no VIP: no service here has a healthy worker, or keepalived "
                      "has just started")
-    for offer in bgp["offered"]:
-        lines.append(f"  offering {offer['vip']} {for_how_long(now, offer['since'])}"
+    for offer in bgp.offered:
+        lines.append(f"  offering {offer.vip} {for_how_long(now, offer.since)}"
                      + ("" if heard else " (but the session is down: the router has none)"))
     return lines

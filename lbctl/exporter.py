@@ -34,7 +34,7 @@ class LbctlCollector:
         self._drift = {}  # {cluster: (when, last apply's time, changes)}
 
     def collect(self):
-        from lbctl.commands.status import drains_here, keepalived_states
+        from lbctl.status.collect import drains_here, keepalived_states
         from lbctl.config.model import DestKey
         from lbctl.last_apply import read_last_apply
 
@@ -59,18 +59,19 @@ class LbctlCollector:
                                       "cannot be read (apply then treats no worker as "
                                       "drained)", labels=["cluster"])
         for cluster in clusters:
-            health = {(h["service"], h["worker"]): h
-                      for h in states.get(cluster.name, {}).get("health", [])}
+            info = states.get(cluster.name)
+            health = {} if info is None else info.health_by_pair()
             out, listed = drains_here(self.root, [cluster])
-            record_ok.add_metric([cluster.name], 0 if any("error" in d for d in listed) else 1)
+            record_ok.add_metric([cluster.name], 0 if any(d.error is not None for d in listed)
+                                 else 1)
             for svc in sorted(cluster.services.values(), key=lambda s: s.name):
                 for rs in svc.real_servers:
                     key = DestKey(svc.key, rs.address, svc.port)
                     values = [cluster.name, svc.name, rs.worker]
                     h = health.get((svc.name, rs.worker))
-                    if svc.health is not None and h is not None and h["state"] is not None:
-                        healthy.add_metric(values, 1 if h["state"] == "up" else 0)
-                        since.add_metric(values, h["since"])
+                    if svc.health is not None and h is not None and h.state is not None:
+                        healthy.add_metric(values, 1 if h.state == "up" else 0)
+                        since.add_metric(values, h.since)
                     drained.add_metric(values, 1 if key in out else 0)
                     configured.add_metric(values, rs.weight)
                     if key in kernel:
@@ -91,17 +92,17 @@ class LbctlCollector:
                                       labels=["cluster"])
         for cluster in clusters:
             info = states.get(cluster.name)
-            if cluster.vrrp is None or info is None or info["vrrp"] is None:
+            if cluster.vrrp is None or info is None or info.vrrp is None:
                 continue
             for state in VRRP_STATES:
-                role.add_metric([cluster.name, state], 1 if info["vrrp"]["state"] == state else 0)
-            since.add_metric([cluster.name], info["vrrp"]["since"])
-            changes.add_metric([cluster.name], info.get("transitions", 0))
+                role.add_metric([cluster.name, state], 1 if info.vrrp.state == state else 0)
+            since.add_metric([cluster.name], info.vrrp.since)
+            changes.add_metric([cluster.name], info.transitions)
         return role, since, changes
 
     @staticmethod
     def _sync(snapshot):
-        from lbctl.commands.status import learned_connections
+        from lbctl.status.collect import learned_connections
 
         running = GaugeMetricFamily("lbctl_sync_daemon_running", "1 for each IPVS connection "
                                     "sync daemon running", labels=["role", "interface"])

@@ -234,12 +234,3 @@ def for_how_long(now, since):
     if seconds < 7200:
         return f"for {seconds / 60:.0f}m"
     return f"for {seconds / 3600:.0f}h"
-
-
-def without_vrrp(info):
-    """What status says of a balancer's keepalived that reports no VRRP role
-    (`info`: a cluster of status's keepalived_states())."""
-    if info.get("mode") == "ecmp":
-        return "no VRRP (mode ecmp: every balancer active)"
-    return "no VRRP (a single balancer)" if info.get("pair") is False else \
-        "no VRRP state reported"

@@ -37,21 +37,23 @@ def frame(snapshot, previous, seconds, names, keepalived, now):
 
     `snapshot`/`previous`: IpvsService lists now and one interval ago (None at
     the first frame: rates then come from the kernel's estimators).
-    `keepalived`: status.keepalived_states(), for VRRP and health.
+    `keepalived`: {cluster: KeepalivedStatus} (status.collect.keepalived_states()),
+    for VRRP and health.
     """
     from lbctl.config.model import DestKey
-    from lbctl.health import for_how_long, without_vrrp
+    from lbctl.health import for_how_long
+    from lbctl.status.render import role_line
 
     lines = [f"lbctl status --watch  {time.strftime('%H:%M:%S', time.localtime(now))}"
              f"  every {seconds:g}s  (q or Ctrl-C to leave)"]
     health = {}
     for cluster, info in keepalived.items():
-        vrrp = info["vrrp"]
-        role = (f"VRRP {vrrp['state']}, changed "
-                f"{for_how_long(now, vrrp['since']).removeprefix('for ')} ago") if vrrp else \
-            without_vrrp(info)
+        vrrp = info.vrrp
+        role = (f"VRRP {vrrp.state}, changed "
+                f"{for_how_long(now, vrrp.since).removeprefix('for ')} ago") if vrrp else \
+            role_line(info, now)
         lines.append(f"cluster {cluster}: {role}")
-        health.update({(h["service"], h["worker"]): h["state"] or "?" for h in info["health"]})
+        health.update({pair: h.state or "?" for pair, h in info.health_by_pair().items()})
     before = {} if previous is None else {
         (s.key, d.address, d.port): d.stats for s in previous if s.key for d in s.dests}
     lines.append("")

@@ -82,3 +82,27 @@ def keepalived_test(tmp_path, conf, cluster_name="pi-web"):
     from lbctl.layout import Layout
 
     return KeepalivedDaemon(Layout(cluster_name, str(tmp_path))).test(conf)
+
+
+def node_status(role="balancer", **fields):
+    """A whole `status --json` answer of a node of pi-web, `fields` changed."""
+    status = {"clusters": [{"cluster": "pi-web", "node": None, "role": role}],
+              "services": [], "vips_on_lo": [], "ipvs_loaded": True, "drains": [],
+              "arp": {"all": {"arp_ignore": "0", "arp_announce": "0"}}, "keepalived": {}}
+    return {**status, **fields}
+
+
+def keepalived_status(**fields):
+    """One cluster's entry under a status's "keepalived", `fields` changed."""
+    return {"pair": True, "mode": "failover", "vrrp": None, "transitions": 0, "health": [],
+            "advertised_addresses": None, **fields}
+
+
+def service_status(service="tcp 192.168.100.10:80", real_servers=(), **fields):
+    """One IPVS service as status reports it, its real servers given as
+    {"address", "weight"} (the rest idle)."""
+    servers = [{"forward": "route", "active": 0, "inactive": 0, "connections": 0, **rs}
+               for rs in real_servers]
+    return {"service": service, "scheduler": "wrr", "persistence": 0, "connections": 0,
+            "conns_per_s": 0, "in_packets": 0, "in_bytes": 0, "in_packets_per_s": 0,
+            "in_bytes_per_s": 0, "real_servers": servers, **fields}

@@ -23,6 +23,7 @@ from lbctl.desired import desired_state
 from lbctl.render.bird import render_announce_map, render_bird_conf
 from lbctl.layout import Layout
 from lbctl.render.systemd import exec_start_lines
+from lbctl.status.collect import bgp_status
 
 BIRD = shutil.which("bird") or "/usr/sbin/bird"
 BIRDC = shutil.which("birdc") or "/usr/sbin/birdc"
@@ -362,7 +363,7 @@ def test_status_reads_the_session_and_the_offered_vips_from_bird(bird):
     assert [o["vip"] for o in report["offered"]] == ["10.200.0.11"]
     assert began - 5 <= report["offered"][0]["since"] <= began + 1
     now = report["offered"][0]["since"] + 30
-    lines = format_bgp({**report, "since": now - 60}, "192.168.100.1", now)
+    lines = format_bgp(bgp_status({**report, "since": now - 60}, "192.168.100.1"), now)
     assert lines[0] == f"  BGP to the router 192.168.100.1: {report['state']} for 60s"
     if report["last_error"]:
         assert lines[1] == f"    last error: {report['last_error']}"
@@ -373,7 +374,7 @@ def test_status_reads_the_session_and_the_offered_vips_from_bird(bird):
 def test_status_without_bird_says_so(tmp_path):
     report = bgp_report(str(tmp_path / "bird.ctl"))
     assert report["error"] == "BIRD is not running (no control socket)"
-    assert format_bgp({**report, "router": "x"}, "192.168.100.1", 0) == [
+    assert format_bgp(bgp_status(report, "192.168.100.1"), 0) == [
         "  BGP to the router 192.168.100.1: unknown, BIRD is not running (no control socket)"]
 
 

@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from helpers import PI_ECMP, cluster_from
+from helpers import PI_ECMP, cluster_from, keepalived_status, node_status, service_status
 from lbctl import __version__
 from lbctl.errors import NodeError
 from lbctl.remote.fleet import advert_changes, balancer_order, rollout_stages, select
@@ -331,16 +331,17 @@ def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(
 def test_the_cluster_view_names_a_checked_worker_with_no_report_yet():
     from lbctl.remote.view import format_cluster
 
+    from lbctl.status.model import NodeStatus
+
     cluster = cluster_from(PAIR)
-    status = {"keepalived": {"pi-web": {"vrrp": {"state": "MASTER", "since": 90.0}, "health": [
-        {"service": "web", "worker": "pi1", "state": "up", "since": 40.0},
-        {"service": "web", "worker": "pi2", "state": None, "since": None}]}},
-        "services": [{"service": "tcp 192.168.100.10:80", "scheduler": "wrr", "connections": 0,
-                      "conns_per_s": 0, "real_servers": [
-                          {"address": f"192.168.100.{n}:80", "weight": 0 if n == 4 else 1,
-                           "active": 0, "inactive": 0} for n in (3, 4)]}]}
+    status = node_status(keepalived={"pi-web": keepalived_status(
+        vrrp={"state": "MASTER", "since": 90.0}, health=[
+            {"service": "web", "worker": "pi1", "state": "up", "since": 40.0},
+            {"service": "web", "worker": "pi2", "state": None, "since": None}])},
+        services=[service_status(real_servers=[
+            {"address": f"192.168.100.{n}:80", "weight": 0 if n == 4 else 1} for n in (3, 4)])])
     report = {"nodes": {"lb1": {"role": "balancer", "host": "192.168.100.2", "error": None,
-                                "status": status, "drift": None, "drift_error": None}}}
+                                "status": NodeStatus.from_json(status)}}}
     lines = format_cluster(cluster, report, now=100.0).splitlines()
     assert "    worker pi1 (192.168.100.3:80) weight 1  active 0 inactive 0  up for 60s" in lines
     assert ("    worker pi2 (192.168.100.4:80) weight 0  active 0 inactive 0  no health report "
@@ -435,8 +436,8 @@ def test_a_pair_with_one_balancer_selected_is_not_asked_for_roles():
 
 def _status_json(state, advertised):
     """What `lbctl status --json` says of a pair balancer's keepalived."""
-    return json.dumps({"keepalived": {"pi-web": {"vrrp": {"state": state},
-                                                 "advertised_addresses": advertised}}})
+    return json.dumps(node_status(keepalived={"pi-web": keepalived_status(
+        vrrp={"state": state, "since": 1.0}, advertised_addresses=advertised)}))
 
 
 @pytest.mark.parametrize("text", [LONE, LONE_WITH_CHECKS, LONE_WITH_VRRP, PI_ECMP])
@@ -476,12 +477,17 @@ def test_balancers_now_reads_each_pair_balancer_and_none_for_an_answer_it_cannot
 
 # --- mode ecmp: the next balancer only once the last one serves again --------
 def _bgp_json(state, offered, cluster="pi-web"):
-    return json.dumps({"keepalived": {cluster: {"bgp": {
-        "state": state, "offered": [{"vip": v, "since": 1.0} for v in offered]}}}})
+    return json.dumps(node_status(keepalived={cluster: keepalived_status(
+        pair=False, mode="ecmp", bgp={"router": "192.168.100.1", "state": state,
+                                      "offered": [{"vip": v, "since": 1.0} for v in offered]})}))
 
 
 def test_an_ecmp_balancer_serves_again_once_established_and_offering_what_it_did():
-    from lbctl.remote.fleet import back_in_service, read_bgp
+    from lbctl.remote.fleet import back_in_service, parse_status
+    from lbctl.remote.fleet import read_bgp as read_status_bgp
+
+    def read_bgp(cluster, text):
+        return read_status_bgp(cluster, parse_status(text))
 
     cluster = cluster_from(PI_ECMP)
     before = read_bgp(cluster, _bgp_json("Established", ["10.200.0.10", "10.200.0.11"]))
@@ -576,22 +582,21 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
                                 "  pi5: {address: 192.168.100.8}\n")
     path = tmp_path / "pair.yaml"
     path.write_text(cluster_text)
-    good_balancer = {"keepalived": {"pi-web": {"vrrp": {"state": "MASTER", "since": 1.0},
-                                               "health": []}},
-                     "services": [{"service": "tcp 192.168.100.10:80", "scheduler": "wlc",
-                                   "connections": 3, "conns_per_s": 0, "real_servers": []}],
-                     "drift": []}
+    good_balancer = node_status(
+        keepalived={"pi-web": keepalived_status(vrrp={"state": "MASTER", "since": 1.0})},
+        services=[service_status(scheduler="wlc", connections=3)], drift=[], drift_error=None)
     answers = {
         "lb1": json.dumps(good_balancer),
         "lb2": "null",
-        "pi1": json.dumps({"vips_on_lo": ["192.168.100.10"],
-                           "arp": {"all": {"arp_ignore": "1", "arp_announce": "2"}}}),
+        "pi1": json.dumps(node_status("worker", vips_on_lo=["192.168.100.10"],
+                                      arp={"all": {"arp_ignore": "1", "arp_announce": "2"}})),
         "pi2": "[]",
-        "pi3": json.dumps({"vips_on_lo": ["\x1b]0;owned\x07\x1b[2J\nbalancer lb9: VRRP MASTER\u202e"],
-                           "arp": {"all": {}}}),
-        "pi4": json.dumps({"vips_on_lo": ["x" * (10 << 20)], "arp": {"all": {}}}),
-        # A balancer whose table lacks what the view reads: a render failure.
-        "pi5": json.dumps({"vips_on_lo": [], "arp": {"all": []}}),
+        "pi3": json.dumps(node_status("worker", vips_on_lo=[
+            "\x1b]0;owned\x07\x1b[2J\nbalancer lb9: VRRP MASTER\u202e"], arp={"all": {}})),
+        "pi4": json.dumps(node_status("worker", vips_on_lo=["x" * (10 << 20)], arp={"all": {}})),
+        # A node whose ARP table is a list where each interface's settings
+        # belong: one line for it, naming the field.
+        "pi5": json.dumps(node_status("worker", arp={"all": []})),
     }
 
     def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
@@ -607,12 +612,12 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
     assert "balancer lb1 (192.168.100.2): VRRP MASTER" in text
     assert "worker pi1 (192.168.100.3): VIPs on lo 192.168.100.10; ARP arp_ignore=1" in text
     assert ("balancer lb2 (192.168.100.5): lbctl status answered JSON that is not a node's "
-            "status (a JSON NoneType, not an object)") in lines
+            "status (the status: null, not an object)") in lines
     assert ("worker pi2 (192.168.100.4): lbctl status answered JSON that is not a node's "
-            "status (a JSON list, not an object)") in lines
+            "status (the status: a list, not an object)") in lines
     assert [line for line in lines if line.startswith("worker pi5 ")] == [
-        "worker pi5 (192.168.100.8): lbctl status answered what this lbctl cannot show "
-        "(AttributeError: 'list' object has no attribute 'get')"]
+        "worker pi5 (192.168.100.8): lbctl status answered JSON that is not a node's status "
+        "(arp.all: a list, not an object)"]
     assert "\x1b" not in text and "\x07" not in text
     assert "worker pi3 (192.168.100.6): VIPs on lo ?]0;owned??[2J?balancer lb9: VRRP MASTER?;" \
         in text

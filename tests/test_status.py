@@ -1,8 +1,11 @@
 """How status reads on a balancer and on a worker."""
 
+from dataclasses import replace
+
 import pytest
 
-from lbctl.commands.status import format_status
+from lbctl.status.model import NodeStatus
+from lbctl.status.render import format_status
 
 BALANCER = {
     "clusters": [{"cluster": "pi-web", "node": "lb1", "role": "balancer"}], "ipvs_loaded": True,
@@ -17,6 +20,13 @@ WORKER = {"clusters": [{"cluster": "pi-web", "node": "pi1", "role": "worker"}],
           "ipvs_loaded": True, "services": [], "vips_on_lo": ["192.168.100.10"],
           "arp": {"all": {"arp_ignore": "1", "arp_announce": "2"},
                   "eth0": {"arp_ignore": "1", "arp_announce": "2"}}}
+
+
+def shown(data, now=None):
+    """status's text for `data`, a node's `status --json`."""
+    return format_status(NodeStatus.from_json(data), now=now)
+
+
 SYNC_GROUP = {"interface": "eth0", "syncid": 51, "group": "224.0.0.81", "port": 8848}
 BOTH_DAEMONS = [dict(SYNC_GROUP, role="master"), dict(SYNC_GROUP, role="backup")]
 # As the kernel prints it (ip_vs_conn_sync_seq_show): learned connections are
@@ -32,7 +42,7 @@ UDP C0A86414 0000 C0A8640B 0035 C0A86403 0035 UDP         SYNC       300
 
 
 def test_a_balancer_shows_services_real_servers_connections_and_rates():
-    text = format_status(BALANCER)
+    text = shown(BALANCER)
     assert text.splitlines()[0] == "lbctl status: cluster pi-web, node lb1 (balancer)"
     assert ("tcp 192.168.100.10:80 wrr  connections 12 (2/s)  in 340 packets (6/s)"
             "  51000 bytes (900 B/s)") in text
@@ -44,13 +54,13 @@ def test_a_balancer_shows_service_flags_and_the_ipvs_timeouts():
     dns = dict(BALANCER["services"][0], service="udp 192.168.100.11:53", scheduler="sh",
                flags=["ops", "sh-port"])
     report = dict(BALANCER, services=[dns], timeouts={"tcp": 600, "tcp_fin": 120, "udp": 20})
-    text = format_status(report)
+    text = shown(report)
     assert "udp 192.168.100.11:53 sh flags ops,sh-port  connections 12" in text
     assert "IPVS timeouts: tcp 600s  tcp_fin 120s  udp 20s" in text
 
 
 def test_direct_routing_shows_no_outgoing_figures_and_says_why():
-    text = format_status(BALANCER)
+    text = shown(BALANCER)
     assert "out " not in text and "outgoing" in text
     assert "replies go from the workers straight to the clients" in text
     assert "out_bytes_per_s" not in BALANCER["services"][0]
@@ -58,11 +68,12 @@ def test_direct_routing_shows_no_outgoing_figures_and_says_why():
 
 def test_status_json_has_incoming_figures_and_no_outgoing_ones(monkeypatch):
     from lbctl.adapters.protocols import IpvsService, IpvsSnapshot, IpvsStats
-    from lbctl.commands.status import collect
+    from lbctl.status.collect import collect
 
     stats = IpvsStats(conns=12, inpkts=340, inbytes=51000, cps=2, inpps=6, inbps=900)
     snapshot = IpvsSnapshot([IpvsService(None, "tcp 192.168.100.10:80", "wrr", 0, (), stats)], [])
-    report = collect("/nonexistent", ipvs=FakeIpvs(snapshot), conn_sync_table="/nonexistent")
+    report = collect("/nonexistent", ipvs=FakeIpvs(snapshot),
+                     conn_sync_table="/nonexistent").to_json()
     service = report["services"][0]
     assert {k: service[k] for k in ("connections", "conns_per_s", "in_packets", "in_bytes",
                                     "in_packets_per_s", "in_bytes_per_s")} == \
@@ -72,7 +83,7 @@ def test_status_json_has_incoming_figures_and_no_outgoing_ones(monkeypatch):
 
 
 def test_a_worker_shows_its_vips_and_arp_settings():
-    text = format_status(WORKER)
+    text = shown(WORKER)
     assert text.splitlines()[0] == "lbctl status: cluster pi-web, node pi1 (worker)"
     assert "IPVS services: none" in text
     assert "VIPs on lo: 192.168.100.10" in text
@@ -80,7 +91,7 @@ def test_a_worker_shows_its_vips_and_arp_settings():
 
 
 def test_a_keepalived_balancer_shows_vrrp_state_and_each_workers_health(tmp_path):
-    from lbctl.commands.status import keepalived_states
+    from lbctl.status.collect import keepalived_states
 
     state = tmp_path / "run/lbctl/pi-web/state"
     state.mkdir(parents=True)
@@ -89,8 +100,8 @@ def test_a_keepalived_balancer_shows_vrrp_state_and_each_workers_health(tmp_path
     (state / "health.web@pi.2").write_text("down 1090.0\n")
     (state / "check.web@pi1").write_text("up 0\n")  # lbctl-check's own counter, not health
     states = keepalived_states(str(tmp_path))
-    assert [h["worker"] for h in states["pi-web"]["health"]] == ["pi.2", "pi1"]
-    text = format_status(dict(BALANCER, keepalived=states), now=1100.0)
+    assert [h.worker for h in states["pi-web"].health] == ["pi.2", "pi1"]
+    text = format_status(replace(NodeStatus.from_json(BALANCER), keepalived=states), now=1100.0)
     assert "keepalived for cluster pi-web: VRRP MASTER for 100s" in text
     assert "health web/pi1: up for 100s" in text
     assert "health web/pi.2: down for 10s" in text
@@ -98,7 +109,7 @@ def test_a_keepalived_balancer_shows_vrrp_state_and_each_workers_health(tmp_path
 
 def test_hook_reports_are_read_against_the_config_keepalived_runs(tmp_path):
     from helpers import PI_SINGLE, cluster_from
-    from lbctl.commands.status import keepalived_states
+    from lbctl.status.collect import keepalived_states
 
     # A pair made one balancer, whose web check lost pi2 and gained pi3 by a
     # reload: the pair's VRRP role and pi2's last report stay behind on disk,
@@ -113,10 +124,10 @@ def test_hook_reports_are_read_against_the_config_keepalived_runs(tmp_path):
     running = cluster_from(PI_SINGLE.replace(
         "scheduler: wrr", "scheduler: wrr, workers: [pi1, pi3], health: {http: {path: /}}"))
     states = keepalived_states(str(tmp_path), [running])
-    assert states["pi-web"]["vrrp"] is None
-    assert [(h["service"], h["worker"], h["state"]) for h in states["pi-web"]["health"]] == [
+    assert states["pi-web"].vrrp is None
+    assert [(h.service, h.worker, h.state) for h in states["pi-web"].health] == [
         ("web", "pi1", "up"), ("web", "pi3", None)]
-    text = format_status(dict(BALANCER, keepalived=states), now=1100.0)
+    text = format_status(replace(NodeStatus.from_json(BALANCER), keepalived=states), now=1100.0)
     assert "keepalived for cluster pi-web: no VRRP (a single balancer)" in text
     assert "health web/pi1: up for 100s" in text
     assert "health web/pi3: no report yet" in text
@@ -124,7 +135,7 @@ def test_hook_reports_are_read_against_the_config_keepalived_runs(tmp_path):
 
 
 def test_arp_settings_show_what_the_kernel_acts_on_the_larger_of_all_and_the_interface():
-    from lbctl.commands.status import effective_arp
+    from lbctl.status.collect import effective_arp
 
     raw = {"all": {"arp_ignore": "1", "arp_announce": "2"},
            "eth0": {"arp_ignore": "0", "arp_announce": "0"},
@@ -143,7 +154,7 @@ class FakeIpvs:
 
 
 def test_without_ip_vs_loaded_status_says_so_and_names_the_cluster_and_node(tmp_path):
-    from lbctl.commands.status import collect
+    from lbctl.status.collect import collect
     from lbctl.config import load_cluster
 
     cluster = load_cluster("examples/pi-single.yaml")
@@ -153,7 +164,7 @@ def test_without_ip_vs_loaded_status_says_so_and_names_the_cluster_and_node(tmp_
     assert "IPVS: not loaded (the ip_vs kernel module)" in text
     assert "`lbctl apply` loads it" in text
     assert "IPVS services: none" not in text
-    assert report["ipvs_loaded"] is False and report["services"] == []
+    assert report.ipvs_loaded is False and report.services == ()
 
 
 def test_the_ipvs_adapter_reports_a_missing_ipvs_family_as_not_loaded_and_loads_nothing(
@@ -176,7 +187,7 @@ def test_the_ipvs_adapter_reports_a_missing_ipvs_family_as_not_loaded_and_loads_
 
 def test_without_a_file_status_names_the_cluster_and_node_last_applied_here(tmp_path):
     from lbctl.adapters.files import FilesRoot
-    from lbctl.commands.status import collect
+    from lbctl.status.collect import collect
     from lbctl.ownership import write_ownership
     from lbctl.state import Ownership
 
@@ -189,7 +200,7 @@ def test_without_a_file_status_names_the_cluster_and_node_last_applied_here(tmp_
 
 
 def test_learned_connections_count_the_sync_origin_rows_but_not_templates(tmp_path):
-    from lbctl.commands.status import learned_connections
+    from lbctl.status.collect import learned_connections
 
     table = tmp_path / "ip_vs_conn_sync"
     table.write_text(CONN_SYNC)
@@ -198,12 +209,15 @@ def test_learned_connections_count_the_sync_origin_rows_but_not_templates(tmp_pa
 
 
 def _sync_report(daemons, learned, vrrp):
-    from lbctl.commands.status import sync_warning
+    """A balancer's NodeStatus with these sync daemons and the warning collect gives it."""
+    from lbctl.status.collect import sync_warning
 
-    sync = {"daemons": daemons, "learned_connections": learned}
-    keepalived = {"pi-web": {"vrrp": {"state": vrrp, "since": 1000.0}, "health": []}}
-    sync["warning"] = sync_warning(sync, keepalived, ["pi-web"])
-    return dict(BALANCER, sync=sync, keepalived=keepalived)
+    keepalived = {"pi-web": {"pair": True, "mode": "failover", "transitions": 1,
+                             "vrrp": {"state": vrrp, "since": 1000.0}, "health": []}}
+    status = NodeStatus.from_json(dict(BALANCER, keepalived=keepalived, sync={
+        "daemons": daemons, "learned_connections": learned}))
+    warning = sync_warning(status.sync.daemons, learned, status.keepalived, ["pi-web"])
+    return replace(status, sync=replace(status.sync, warning=warning))
 
 
 def test_a_backup_shows_its_sync_daemons_and_the_connections_it_learned():
@@ -222,11 +236,11 @@ def test_a_backup_that_learned_nothing_warns_that_the_sync_multicast_is_filtered
     assert "If the master is serving connections" in warning
     assert "224.0.0.81 UDP port 8848 is being filtered between the balancers" in warning
     assert "IGMP snooping" in warning and "docs/firewall.md#" in warning
-    assert report["sync"]["warning"] in warning
+    assert report.sync.warning in warning
 
 
 def test_a_master_or_a_node_without_a_backup_daemon_does_not_warn():
-    assert _sync_report(BOTH_DAEMONS, 0, "MASTER")["sync"]["warning"] is None
-    assert _sync_report(BOTH_DAEMONS[:1], 0, "BACKUP")["sync"]["warning"] is None
+    assert _sync_report(BOTH_DAEMONS, 0, "MASTER").sync.warning is None
+    assert _sync_report(BOTH_DAEMONS[:1], 0, "BACKUP").sync.warning is None
     text = format_status(_sync_report([], 0, "BACKUP"), now=1100.0)
     assert "connection sync: no sync daemon running" in text

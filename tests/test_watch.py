@@ -6,15 +6,14 @@ from ipaddress import IPv4Address
 from helpers import cluster_from
 from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsStats
 from lbctl.config.model import DestKey, ServiceKey
+from lbctl.status.model import HealthStatus, KeepalivedStatus, VrrpStatus
 from lbctl.watch import Names, fit, frame, watch
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
 PI1, PI2 = IPv4Address("192.168.100.3"), IPv4Address("192.168.100.4")
-KEEPALIVED = {"pi-web": {"vrrp": {"state": "MASTER", "since": 1000.0},
-                         "health": [{"service": "web", "worker": "pi1", "state": "up",
-                                     "since": 900.0},
-                                    {"service": "web", "worker": "pi2", "state": "down",
-                                     "since": 990.0}]}}
+KEEPALIVED = {"pi-web": KeepalivedStatus(
+    pair=True, mode="failover", vrrp=VrrpStatus("MASTER", 1000.0), transitions=1,
+    health=(HealthStatus("web", "pi1", "up", 900.0), HealthStatus("web", "pi2", "down", 990.0)))}
 
 
 def table(conns, inbytes, pi2_weight=1):

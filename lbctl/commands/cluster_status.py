@@ -6,7 +6,7 @@ from lbctl.config import load_cluster
 from lbctl.remote.blocks import progress
 from lbctl.remote.fleet import select
 from lbctl.remote.ssh import run_on_each
-from lbctl.remote.view import cluster_report, format_cluster
+from lbctl.remote.view import cluster_report, format_cluster, report_json
 
 STATUS_TIMEOUT = 300  # seconds: a node that takes longer is shown as not answering
 
@@ -19,7 +19,7 @@ def run(args, out):
     outcomes = run_on_each(selected, lambda t: ["status", "-", "--node", t.node, "--json", *flags],
                            cluster.text, args.ssh_config, timeout=STATUS_TIMEOUT)
     report = cluster_report(cluster, selected, outcomes)
-    out.write((json.dumps(report, indent=2) if args.json else format_cluster(cluster, report))
+    out.write((json.dumps(report_json(report), indent=2) if args.json else format_cluster(cluster, report))
               + "\n")
     # Every node is shown; the exit status says whether every node answered.
     return 1 if any(entry["error"] for entry in report["nodes"].values()) else 0

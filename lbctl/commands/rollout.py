@@ -7,7 +7,6 @@ its health checks pass on every balancer, and undrain it.  Anything that
 fails stops the rollout there, with that worker left drained.
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from lbctl.commands.cluster_drain import on_balancers, wait_idle
 from lbctl.config import load_cluster
 from lbctl.errors import UsageError
 from lbctl.remote.blocks import progress
-from lbctl.remote.ssh import run_on_each, targets
+from lbctl.remote.ssh import targets
 
 HEALTH_POLL = 2.0  # seconds between asking the balancers for health
 
@@ -127,15 +126,13 @@ def wait_healthy(cluster, balancers, worker, since, timeout, ssh_config,
 
 def _health_reports(cluster, balancers, ssh_config):
     """{balancer: {(service, worker): "up"/"down"}}, or None for one that did not answer."""
-    outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
-                                                 "--no-drift"], cluster.text, ssh_config)
+    from lbctl.remote.fleet import statuses
+
     reports = {}
-    for node, outcome in outcomes.items():
-        try:
-            info = json.loads(outcome.stdout)["keepalived"][cluster.name]
-            reports[node] = {(h["service"], h["worker"]): h["state"] for h in info["health"]}
-        except (ValueError, KeyError, TypeError):
-            reports[node] = None
+    for node, status in statuses(cluster, balancers, ssh_config).items():
+        info = None if status is None else status.keepalived.get(cluster.name)
+        reports[node] = None if info is None else {
+            pair: h.state for pair, h in info.health_by_pair().items()}
     return reports
 
 

@@ -91,40 +91,51 @@ def balancers_now(cluster, selected, ssh_config):
     balancers = [t for t in selected if t.role == "balancer"]
     if len(balancers) < 2 or cluster.mode != Mode.FAILOVER:
         return {}
-    outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
-                                                 "--no-drift"], cluster.text, ssh_config)
     found = {}
-    for node, outcome in outcomes.items():
-        try:
-            info = json.loads(outcome.stdout)["keepalived"].get(cluster.name) or {}
-            state = (info.get("vrrp") or {}).get("state")
-            advertised = info.get("advertised_addresses")
-            if advertised is not None and not (
-                    isinstance(advertised, list) and all(isinstance(a, str) for a in advertised)):
-                raise TypeError("advertised_addresses is not a list of addresses")
-            found[node] = {"state": state if isinstance(state, str) else None,
-                           "advertised_addresses": advertised}
-        except (ValueError, KeyError, TypeError, AttributeError):
+    for node, status in statuses(cluster, balancers, ssh_config).items():
+        info = None if status is None else status.keepalived.get(cluster.name)
+        if status is None:
             found[node] = None
+        elif info is None:
+            found[node] = {"state": None, "advertised_addresses": None}
+        else:
+            found[node] = {"state": None if info.vrrp is None else info.vrrp.state,
+                           "advertised_addresses": None if info.advertised_addresses is None
+                           else list(info.advertised_addresses)}
     return found
+
+
+def statuses(cluster, targets, ssh_config):
+    """{node: its NodeStatus, or None when it did not answer with one}."""
+    outcomes = run_on_each(targets, lambda t: ["status", "-", "--node", t.node, "--json",
+                                               "--no-drift"], cluster.text, ssh_config)
+    return {node: parse_status(outcome.stdout) if outcome.returncode == 0 else None
+            for node, outcome in outcomes.items()}
+
+
+def parse_status(text):
+    """The NodeStatus a node's `status --json` printed, or None for anything else."""
+    from lbctl.status.model import NodeStatus
+
+    try:
+        return NodeStatus.from_json(json.loads(text))
+    except ValueError:  # not JSON, or not a node's status (StatusShapeError)
+        return None
 
 
 def bgp_offers(cluster, balancers, ssh_config):
     """Mode ecmp: {balancer: (BGP state, {VIPs offered})} as each balancer's BIRD
     says now; (None, set()) for one that did not say."""
-    outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node, "--json",
-                                                 "--no-drift"], cluster.text, ssh_config)
-    return {node: read_bgp(cluster, outcome.stdout if outcome.returncode == 0 else "")
-            for node, outcome in outcomes.items()}
+    return {node: read_bgp(cluster, status)
+            for node, status in statuses(cluster, balancers, ssh_config).items()}
 
 
-def read_bgp(cluster, status_json):
-    """(BGP state, {VIPs offered}) from a balancer's `status --json`."""
-    try:
-        bgp = json.loads(status_json)["keepalived"][cluster.name]["bgp"]
-        return bgp.get("state"), {str(o["vip"]) for o in bgp.get("offered") or []}
-    except (ValueError, KeyError, TypeError, AttributeError):
+def read_bgp(cluster, status):
+    """(BGP state, {VIPs offered}) from a balancer's NodeStatus (or None)."""
+    info = None if status is None else status.keepalived.get(cluster.name)
+    if info is None or info.bgp is None:
         return None, set()
+    return info.bgp.state, {offer.vip for offer in info.bgp.offered}
 
 
 def back_in_service(cluster, before, now):

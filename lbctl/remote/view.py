@@ -17,42 +17,25 @@ def shown(text):
 
 
 def node_report(outcome, role=None):
-    """{"reachable", "error", "status", "drift"} for one node's status outcome.
-    An answer that is not a node's status (`null`, a list, a missing table)
-    is an error for that node alone."""
+    """{"reachable", "error", "status"} for one node's status outcome, its
+    status a NodeStatus.  An answer that is not a node's status (`null`, a
+    list, a missing table, a wrong type anywhere) is an error for that node
+    alone."""
+    from lbctl.status.model import NodeStatus, StatusShapeError
+
     problem = outcome.problem()
     if problem is None and outcome.returncode != 0:
         problem = outcome.stderr.strip() or f"lbctl exited {outcome.returncode}"
     if problem is not None:
         return {"reachable": not outcome.unreachable, "error": shown(problem[:ERROR_CHARS])}
     try:
-        status = json.loads(outcome.stdout)
+        status = NodeStatus.from_json(json.loads(outcome.stdout))
+    except StatusShapeError as exc:
+        return {"reachable": True, "error": "lbctl status answered JSON that is not a node's "
+                                            f"status ({shown(str(exc)[:ERROR_CHARS])})"}
     except ValueError:
         return {"reachable": True, "error": "lbctl status printed something other than JSON"}
-    wrong = _not_a_status(status, role)
-    if wrong:
-        return {"reachable": True, "error": f"lbctl status answered JSON that is not a node's "
-                                            f"status ({wrong})"}
-    drift, drift_error = status.pop("drift", None), status.pop("drift_error", None)
-    if not (drift is None or isinstance(drift, list)) or not (
-            drift_error is None or isinstance(drift_error, str)):
-        return {"reachable": True, "error": "lbctl status answered a drift that is not a list "
-                                            "of changes"}
-    return {"reachable": True, "error": None, "status": status, "drift": drift,
-            "drift_error": drift_error}
-
-
-def _not_a_status(status, role):
-    """What is wrong with the shape of a node's `status --json`, or None."""
-    if not isinstance(status, dict):
-        return f"a JSON {type(status).__name__}, not an object"
-    if role == "balancer" and status.get("ipvs_loaded", True) and not isinstance(
-            status.get("services"), list):
-        return "no list of services"
-    if role == "worker" and not (isinstance(status.get("vips_on_lo"), list)
-                                 and isinstance(status.get("arp"), dict)):
-        return "no VIPs on lo or ARP settings"
-    return None
+    return {"reachable": True, "error": None, "status": status}
 
 
 def cluster_report(cluster, selected, outcomes):
@@ -70,9 +53,21 @@ def _names(cluster):
     return services, workers
 
 
-def format_cluster(cluster, report, now=None):
-    from lbctl.health import for_how_long
+def report_json(report):
+    """cluster_report() as `status --all --json` prints it: each node's status
+    as its `status --json`, its drift beside it."""
+    nodes = {}
+    for name, entry in report["nodes"].items():
+        entry = dict(entry)
+        if "status" in entry:
+            entry["status"] = entry["status"].to_json()
+            entry["drift"] = entry["status"].pop("drift", None)
+            entry["drift_error"] = entry["status"].pop("drift_error", None)
+        nodes[name] = entry
+    return {**report, "nodes": nodes}
 
+
+def format_cluster(cluster, report, now=None):
     now = time.time() if now is None else now
     services, workers = _names(cluster)
     nodes = report["nodes"]
@@ -82,14 +77,7 @@ def format_cluster(cluster, report, now=None):
         if entry["error"]:
             body.append(f"{head}: {entry['error']}")
             continue
-        try:
-            body += _node_lines(cluster, entry, head, services, workers, now, for_how_long)
-        except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
-            # One node's odd answer costs that node's lines, not the others'.
-            body.append(f"{head}: lbctl status answered what this lbctl cannot show "
-                        f"({type(exc).__name__}: {shown(str(exc)[:80])})")
-            entry["error"] = body[-1].partition(": ")[2]  # and the exit code says so
-            down.append(name)
+        body += _node_lines(cluster, entry, head, services, workers, now)
     lines = [f"cluster {cluster.name}: {len(nodes)} node(s)"
              + (f", {len(down)} not reporting ({', '.join(down)})" if down else "")] + body
     return "\n".join(shown(_cut(line)) for line in lines)
@@ -99,65 +87,61 @@ def _cut(line):
     return line if len(line) <= LINE_CHARS else f"{line[:LINE_CHARS]} ... ({len(line)} characters)"
 
 
-def _node_lines(cluster, entry, head, services, workers, now, for_how_long):
+def _node_lines(cluster, entry, head, services, workers, now):
     status = entry["status"]
     if entry["role"] == "balancer":
-        lines = [head + ": " + _vrrp_line(status, cluster.name, now, for_how_long)]
-        lines += _table_lines(status, services, workers, cluster.name, now, for_how_long)
+        lines = [head + ": " + _vrrp_line(status, cluster.name, now)]
+        lines += _table_lines(status, services, workers, cluster.name, now)
     else:
-        lines = [head + ": " + _worker_line(status, cluster)]
-    return lines + _drift_lines(entry)
+        lines = [head + ": " + _worker_line(status)]
+    return lines + _drift_lines(status)
 
 
-def _vrrp_line(status, cluster_name, now, for_how_long):
-    info = status.get("keepalived", {}).get(cluster_name)
-    vrrp = info and info.get("vrrp")
-    if vrrp:
-        return f"VRRP {vrrp['state']} {for_how_long(now, vrrp['since'])}"
-    if not info:
-        return "no VRRP (a single balancer run by lbctl)"
-    from lbctl.health import without_vrrp
+def _vrrp_line(status, cluster_name, now):
+    from lbctl.status.render import role_line
 
-    return without_vrrp(info)
+    info = status.keepalived.get(cluster_name)
+    return "no VRRP (a single balancer run by lbctl)" if info is None else role_line(info, now)
 
 
-def _table_lines(status, services, workers, cluster_name, now, for_how_long):
-    if not status.get("ipvs_loaded", True):
+def _table_lines(status, services, workers, cluster_name, now):
+    from lbctl.health import for_how_long
+
+    if not status.ipvs_loaded:
         return ["  IPVS not loaded"]
-    health = {(h["service"], h["worker"]): h for h in
-              status.get("keepalived", {}).get(cluster_name, {}).get("health", [])}
+    info = status.keepalived.get(cluster_name)
+    health = {} if info is None else info.health_by_pair()
     lines = []
-    for svc in status["services"]:
-        name = services.get(svc["service"], "not in the file")
-        lines.append(f"  service {name} ({svc['service']}) {svc['scheduler']}: "
-                     f"{svc['connections']} connections, {svc['conns_per_s']}/s")
-        for rs in svc["real_servers"]:
-            worker = workers.get(rs["address"].rpartition(":")[0], "not in the file")
+    for svc in status.services:
+        name = services.get(svc.service, "not in the file")
+        lines.append(f"  service {name} ({svc.service}) {svc.scheduler}: "
+                     f"{svc.connections} connections, {svc.conns_per_s}/s")
+        for rs in svc.real_servers:
+            worker = workers.get(rs.address.rpartition(":")[0], "not in the file")
             h = health.get((name, worker))
-            seen = "" if not h else "  no health report yet" if h["state"] is None else \
-                f"  {h['state']} {for_how_long(now, h['since'])}"
-            drained = " drained" if rs.get("drained") else ""
-            lines.append(f"    worker {worker} ({rs['address']}) weight {rs['weight']}{drained}"
-                         f"  active {rs['active']} inactive {rs['inactive']}{seen}")
+            seen = "" if not h else "  no health report yet" if h.state is None else \
+                f"  {h.state} {for_how_long(now, h.since)}"
+            drained = " drained" if rs.drained else ""
+            lines.append(f"    worker {worker} ({rs.address}) weight {rs.weight}{drained}"
+                         f"  active {rs.active} inactive {rs.inactive}{seen}")
     return lines or ["  no IPVS services"]
 
 
-def _worker_line(status, cluster):
-    vips = status.get("vips_on_lo", [])
-    arp = status.get("arp", {}).get("all", {})
+def _worker_line(status):
+    vips = status.vips_on_lo
+    arp = status.arp.get("all", {})
     ok = arp.get("arp_ignore") == "1" and arp.get("arp_announce") == "2"
     arp_text = " ".join(f"{k}={v}" for k, v in arp.items())
     return (f"VIPs on lo {', '.join(vips) or 'none'}; ARP {arp_text}"
             + ("" if ok else " (direct routing needs arp_ignore=1 arp_announce=2)"))
 
 
-def _drift_lines(entry):
-    if entry.get("drift_error"):
-        return [f"  drift: not known: {entry['drift_error']}"]
-    drift = entry.get("drift")
-    if drift is None:
+def _drift_lines(status):
+    if status.drift_error:
+        return [f"  drift: not known: {status.drift_error}"]
+    if status.drift is None:
         return []
-    if not drift:
+    if not status.drift:
         return ["  drift: none, the node matches the file"]
     return ["  drift from the file (`lbctl apply --all` would make these changes):"] + [
-        f"    {line}" for line in drift]
+        f"    {line}" for line in status.drift]
