@@ -62,6 +62,11 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 
+# Root on purpose from here: the lab and the tests run as root.  lbctl refuses
+# under sudo what would hand root a file or command of the invoking user's
+# choosing (lab, --all, --root: docs/security.md), which is all dev.sh does.
+unset SUDO_USER SUDO_UID SUDO_GID SUDO_COMMAND
+
 python_for_venv() {
   # Python 3.11+ (Raspberry Pi OS bookworm); prefer the system one.
   for py in /usr/bin/python3 python3; do

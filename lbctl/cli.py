@@ -231,6 +231,39 @@ def _check_arguments(parser, args):
         args.root = os.environ.get("LBCTL_ROOT") or "/"
 
 
+def refused_under_sudo(args, environ=None):
+    """What in `args` would hand root a program or a file the invoking user
+    chose, when lbctl runs under sudo (SUDO_USER set): the reasons, one each.
+
+    A sudo rule for lbctl (README: `NOPASSWD: /usr/local/sbin/lbctl`) is
+    meant to let a login apply and inspect a cluster, not to be root."""
+    environ = os.environ if environ is None else environ
+    if not environ.get("SUDO_USER") or os.geteuid() != 0:
+        return []
+    reasons = []
+    if getattr(args, "ssh_config", None):
+        reasons.append("--ssh-config: ssh would read that file as root, and its Match exec "
+                       "and ProxyCommand lines run as root")
+    if getattr(args, "all", False) or args.command == "rollout":
+        what = "rollout" if args.command == "rollout" else f"{args.command} --all"
+        reasons.append(f"{what} runs ssh from this machine, which reads ssh's config and keys "
+                       "as the user it runs as: run it as yourself, without sudo (each node "
+                       "runs its own lbctl with sudo -n)")
+    if args.command == "rollout":
+        reasons.append("rollout --exec runs a shell command")
+    if args.command == "lab":
+        reasons.append("lab builds namespaces and runs daemons and web servers as root")
+    if args.command == "exporter":
+        reasons.append("exporter is a listener that runs for good: its unit runs it as a "
+                       "dynamic user without root (apply writes it when the file has "
+                       "`exporter:`)")
+    if getattr(args, "root", None) is not None or (
+            hasattr(args, "root") and environ.get("LBCTL_ROOT")):
+        reasons.append("--root (or $LBCTL_ROOT) points root's writes at a tree of the "
+                       "user's choosing")
+    return reasons
+
+
 def _os_error_text(exc):
     """What the system refused, and on which path: '/etc/lbctl: not a directory'."""
     reason = (exc.strerror or str(exc) or type(exc).__name__).lower()
@@ -242,6 +275,12 @@ def _os_error_text(exc):
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
+    refused = refused_under_sudo(args)
+    if refused:
+        print(f"lbctl: {args.command}: refused under sudo (run by "
+              f"{os.environ['SUDO_USER']}), before anything ran:\n  "
+              + "\n  ".join(refused), file=sys.stderr)
+        return 1
     _check_arguments(parser, args)
     debug = getattr(args, "debug", False)
     expected = getattr(args, "expect_version", None)

@@ -139,3 +139,46 @@ def test_an_error_of_the_system_is_a_message_with_its_path_not_a_traceback(monke
     assert capsys.readouterr().err == said
     with pytest.raises(OSError):
         main(["validate", str(EXAMPLE), "--debug"])
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["plan", str(EXAMPLE), "--all", "--ssh-config", "/home/pi/evil"], "--ssh-config: ssh"),
+    (["apply", str(EXAMPLE), "--all"], "apply --all runs ssh from this machine"),
+    (["status", str(EXAMPLE), "--all"], "status --all runs ssh"),
+    (["rollout", str(EXAMPLE), "--exec", "id > /tmp/x"], "rollout --exec runs a shell command"),
+    (["lab", "demo"], "lab builds namespaces"),
+    (["exporter"], "exporter is a listener"),
+    (["apply", str(EXAMPLE), "--root", "/home/pi/tree"], "--root (or $LBCTL_ROOT)"),
+])
+def test_under_sudo_what_would_hand_root_the_users_choice_is_refused_before_it_runs(
+        monkeypatch, capsys, tmp_path, argv, named):
+    """`NOPASSWD: /usr/local/sbin/lbctl` lets a login apply and inspect; a file
+    or a command of its choosing run as root would make it root."""
+    import lbctl.cli as cli
+
+    monkeypatch.setenv("SUDO_USER", "pi")
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cli.importlib, "import_module",
+                        lambda name: pytest.fail(f"{name} was loaded under sudo"))
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"lbctl: {argv[0]}: refused under sudo (run by pi), before anything "
+                          "ran:\n  "), err
+    assert named in err
+
+
+def test_under_sudo_apply_plan_and_status_of_this_node_run_as_usual(monkeypatch, capsys):
+    import lbctl.cli as cli
+
+    monkeypatch.setenv("SUDO_USER", "pi")
+    monkeypatch.delenv("LBCTL_ROOT", raising=False)
+    monkeypatch.setattr(cli.os, "geteuid", lambda: 0)
+    for argv in (["apply", str(EXAMPLE)], ["plan", str(EXAMPLE), "--node", "lb1"],
+                 ["status"], ["validate", str(EXAMPLE)], ["doctor"]):
+        assert cli.refused_under_sudo(cli.build_parser().parse_args(argv)) == [], argv
+    # $LBCTL_ROOT kept through sudo is refused as --root is.
+    monkeypatch.setenv("LBCTL_ROOT", "/home/pi/tree")
+    assert cli.refused_under_sudo(cli.build_parser().parse_args(["apply", str(EXAMPLE)]))
+    # Without sudo, as root: nothing refused.
+    monkeypatch.delenv("SUDO_USER")
+    assert cli.refused_under_sudo(cli.build_parser().parse_args(["lab", "demo"])) == []
