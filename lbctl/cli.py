@@ -1,7 +1,9 @@
 """Command line: parses arguments, calls one command, turns errors into exit codes.
 
-Exit codes: 0 ok, 1 error, 2 pending changes (plan --detailed-exitcode),
-3 a node runs another version of lbctl (--expect-version), 64 usage.
+Exit codes: 0 ok, 1 error (or problems found by doctor), 2 pending changes
+(plan --detailed-exitcode), 3 a node runs another version of lbctl
+(--expect-version), 4 some nodes did not answer (plan, status and doctor
+with --all), 64 usage.
 """
 
 import argparse

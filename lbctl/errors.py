@@ -9,6 +9,10 @@ from dataclasses import dataclass
 
 EXIT_CHANGES = 2  # plan --detailed-exitcode: changes are pending
 EXIT_VERSION = 3  # --expect-version: this node runs another lbctl
+# --all (plan, status, doctor): some nodes could not be asked or did not
+# answer, so the answer covers only the others.  Problems found on the
+# nodes that did answer (doctor) still exit 1.
+EXIT_UNCHECKED = 4
 EXIT_USAGE = 64  # sysexits EX_USAGE: a command line lbctl cannot run
 
 # Control characters in a quoted source line are shown as their Unicode pictures

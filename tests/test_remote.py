@@ -321,7 +321,7 @@ def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(
     # probing balancer that fails says the LAN went unprobed.
     status, merged = run(lb1=lambda t: Outcome(t, 1, "", "lbctl: doctor: interface eth0 "
                                                "does not exist on this host\n"))
-    assert status == 1
+    assert status == 4  # could not check: not "problems found", and no all-clear
     assert merged["not_run"] == [
         {"check": "lb1", "why": "lbctl: doctor: interface eth0 does not exist on this host"},
         {"check": "wire", "why": "the LAN is probed from lb1, which could not be checked; to "
@@ -605,7 +605,7 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
     out = io.StringIO()
     args = SimpleNamespace(file=str(path), node=None, ssh_config=None, no_drift=False,
                            json=False)
-    assert cluster_status.run(args, out) == 1
+    assert cluster_status.run(args, out) == 4  # some nodes did not report
     text = out.getvalue()
     lines = text.splitlines()
     assert lines[0] == "cluster pi-web: 7 node(s), 3 not reporting (lb2, pi2, pi5)"
@@ -625,3 +625,40 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
     assert sum(1 for line in lines if line.startswith(("balancer ", "worker "))) == 7
     assert len(text) < 20000
     assert any(line.endswith(" characters)") and line.startswith("worker pi4 ") for line in lines)
+
+
+@pytest.mark.parametrize("command", ["doctor", "plan", "status"])
+def test_with_no_node_answering_all_says_so_and_exits_4_not_all_clear(monkeypatch, tmp_path,
+                                                                       command):
+    """Every node unreachable is no "no problems found" nor "no changes": the
+    answer says how many nodes it covers and exits 4, apart from problems
+    found (1) and pending changes (2)."""
+    import importlib
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.remote.ssh import SSH_FAILED
+
+    module = importlib.import_module(f"lbctl.commands.cluster_{command}")
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        return {t.node: Outcome(t, SSH_FAILED, "", f"ssh: connect to host {t.host} port 22: "
+                                "No route to host\n") for t in targets_}
+    monkeypatch.setattr(module, "run_on_each", on_each)
+    out = io.StringIO()
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, json=False,
+                           no_drift=True, remove=False, force=False, detailed_exitcode=True)
+    assert module.run(args, out) == 4
+    text = out.getvalue()
+    if command == "doctor":
+        assert text.splitlines()[-2:] == [
+            "checked 0 of 4 node(s); could not check lb1, lb2, pi1, pi2",
+            "no problems found on the 0 node(s) checked"], text
+    elif command == "plan":
+        assert text.splitlines()[-1] == ("changes pending on no node; could not plan on lb1, "
+                                         "lb2, pi1, pi2"), text
+    else:
+        assert text.splitlines()[0] == ("cluster pi-web: 4 node(s), 4 not reporting (lb1, lb2, "
+                                        "pi1, pi2)"), text

@@ -3,6 +3,7 @@
 import json
 
 from lbctl.config import load_cluster
+from lbctl.errors import EXIT_UNCHECKED
 from lbctl.remote.blocks import progress
 from lbctl.remote.fleet import select
 from lbctl.remote.ssh import run_on_each
@@ -43,9 +44,12 @@ def run(args, out):
     findings = merge(findings)
     where = f"every node of the file over SSH, the LAN from {asker}" if asker else \
         "the nodes named, over SSH"
-    out.write((format_json if args.json else format_text)(cluster.name, where, findings, not_run))
-    # A node that could not be checked is no all-clear either.
-    return 1 if findings or unchecked else 0
+    if args.json:
+        out.write(format_json(cluster.name, where, findings, not_run))
+    else:
+        out.write(format_text(cluster.name, where, findings, not_run, unchecked, len(selected)))
+    # Problems found come first; a node that could not be checked is no all-clear either.
+    return 1 if findings else EXIT_UNCHECKED if unchecked else 0
 
 
 def _report(outcome):

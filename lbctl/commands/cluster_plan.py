@@ -1,7 +1,7 @@
 """plan --all: every node's plan in one report."""
 
 from lbctl.config import load_cluster
-from lbctl.errors import EXIT_CHANGES
+from lbctl.errors import EXIT_CHANGES, EXIT_UNCHECKED
 from lbctl.remote.blocks import node_block, progress
 from lbctl.remote.fleet import select
 from lbctl.remote.ssh import run_on_each
@@ -27,5 +27,5 @@ def run(args, out):
     out.write(f"changes pending on {', '.join(pending) or 'no node'}"
               + (f"; could not plan on {', '.join(failed)}" if failed else "") + "\n")
     if failed:
-        return 1
+        return EXIT_UNCHECKED
     return EXIT_CHANGES if pending and args.detailed_exitcode else 0

@@ -3,6 +3,7 @@
 import json
 
 from lbctl.config import load_cluster
+from lbctl.errors import EXIT_UNCHECKED
 from lbctl.remote.blocks import progress
 from lbctl.remote.fleet import select
 from lbctl.remote.ssh import run_on_each
@@ -22,4 +23,4 @@ def run(args, out):
     out.write((json.dumps(report_json(report), indent=2) if args.json else format_cluster(cluster, report))
               + "\n")
     # Every node is shown; the exit status says whether every node answered.
-    return 1 if any(entry["error"] for entry in report["nodes"].values()) else 0
+    return EXIT_UNCHECKED if any(entry["error"] for entry in report["nodes"].values()) else 0

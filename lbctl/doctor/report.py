@@ -33,7 +33,9 @@ def merge(findings):
     return list(merged.values())
 
 
-def format_text(cluster, where, findings, not_run):
+def format_text(cluster, where, findings, not_run, unchecked=(), asked=None):
+    """`asked`: how many nodes doctor --all asked, and `unchecked` those it
+    could not check; None for one node's own doctor."""
     lines = [f"doctor: cluster {cluster}, run on {where}"]
     for f in findings:
         lines += [f"{f.node}: {f.check}: {f.problem}",
@@ -42,8 +44,15 @@ def format_text(cluster, where, findings, not_run):
     for n in not_run:
         lines.append(f"not run: {n.check}: {n.why}")
     count = len(findings)
-    lines.append("no problems found" if not count else
-                 f"{count} problem{'s' if count != 1 else ''} found")
+    found = "no problems found" if not count else \
+        f"{count} problem{'s' if count != 1 else ''} found"
+    if asked is not None:
+        lines.append(f"checked {asked - len(unchecked)} of {asked} node(s)"
+                     + (f"; could not check {', '.join(unchecked)}" if unchecked else ""))
+        if unchecked:
+            # Not an all-clear: the nodes that were not checked may have any problem.
+            found += f" on the {asked - len(unchecked)} node(s) checked"
+    lines.append(found)
     return "\n".join(lines) + "\n"
 
 
