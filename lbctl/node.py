@@ -54,9 +54,11 @@ def check_real_servers_reachable(cluster, address_list, ifname):
 
 
 def load_node(path, node=None, root="/", force=False, remove=False, cluster=None,
-              keep_leaving=False):
+              keep_leaving=False, read_only=False):
     """`remove`: the node is to hold nothing of the cluster's (apply --remove).
-    `cluster`: the file already loaded, so standard input is read only once."""
+    `cluster`: the file already loaded, so standard input is read only once.
+    `read_only`: only a plan is wanted (plan, status's drift, the exporter):
+    nothing on the node changes, ip_vs is not even loaded."""
     cluster = cluster or load_cluster(path)
     from lbctl.adapters.addrs import AddressIp
     from lbctl.adapters.files import FilesRoot
@@ -81,7 +83,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         from lbctl.adapters.ipvs import IpvsNetlink
         from lbctl.layout import Layout
 
-        ipvs = IpvsNetlink()
+        ipvs = IpvsNetlink(load_module=not read_only)
         layout = Layout(cluster.name, root)
         # Every daemon, also where the file wants none (the netlink engine):
         # one it no longer wants is stopped.

@@ -244,3 +244,61 @@ def test_a_master_or_a_node_without_a_backup_daemon_does_not_warn():
     assert _sync_report(BOTH_DAEMONS[:1], 0, "BACKUP").sync.warning is None
     text = format_status(_sync_report([], 0, "BACKUP"), now=1100.0)
     assert "connection sync: no sync daemon running" in text
+
+
+def test_a_read_only_ipvs_adapter_finds_nothing_where_ip_vs_is_not_loaded_and_loads_nothing(
+        monkeypatch):
+    """plan (and status's drift, and the exporter) only read: where ip_vs is
+    not loaded the kernel holds no IPVS state, and `modprobe ip_vs` would
+    change the node.  apply and drain still load it."""
+    import errno
+
+    from lbctl.adapters import ipvs, ipvs_wire
+
+    class NoIpvsFamily:
+        def family(self, name):
+            raise FileNotFoundError(errno.ENOENT, f"generic netlink family {name}")
+
+        def close(self):
+            pass
+
+    loaded = []
+    monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
+    monkeypatch.setattr(ipvs, "run", lambda argv, **k: loaded.append(argv))
+    reader = ipvs.IpvsNetlink(load_module=False)
+    assert (reader.dump(), reader.timeouts(), reader.sync_daemons()) == ([], {}, [])
+    assert loaded == []
+    # A write loads it whatever the adapter was made for; so does apply's reader.
+    for call in (lambda: reader.set_timeouts({"udp": 60}), lambda: ipvs.IpvsNetlink().dump()):
+        with pytest.raises(ipvs.KernelError, match="this kernel has no IPVS"):
+            call()
+        assert loaded.pop() == [ipvs.MODPROBE, "-q", "ip_vs"]
+
+
+def test_plan_on_a_balancer_without_ip_vs_loaded_shows_everything_to_add_and_loads_nothing(
+        monkeypatch, tmp_path, capsys):
+    import errno
+    from ipaddress import IPv4Address
+
+    from lbctl.adapters import addrs, ipvs, ipvs_wire
+    from lbctl.cli import main
+
+    class NoIpvsFamily:
+        def family(self, name):
+            raise FileNotFoundError(errno.ENOENT, f"generic netlink family {name}")
+
+        def close(self):
+            pass
+
+    loaded = []
+    monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
+    monkeypatch.setattr(ipvs, "run", lambda argv, **k: loaded.append(argv))
+    monkeypatch.setattr(addrs.AddressIp, "list",
+                        lambda self: [(IPv4Address("192.168.100.2"), 24, "eth0")])
+    assert main(["plan", "examples/pi-single.yaml", "--root", str(tmp_path),
+                 "--detailed-exitcode"]) == 2
+    shown = capsys.readouterr().out
+    assert "balancer lb1 of cluster pi-web:" in shown
+    assert "+ service tcp 192.168.100.10:80 scheduler wrr" in shown
+    assert loaded == []  # no modprobe: plan changed nothing
+    assert list(tmp_path.iterdir()) == []

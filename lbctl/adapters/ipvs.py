@@ -22,11 +22,14 @@ SYNC_ROLES = {ipvs_wire.IP_VS_STATE_MASTER: "master", ipvs_wire.IP_VS_STATE_BACK
 SYNC_STATES = {role: state for state, role in SYNC_ROLES.items()}
 
 
-def _ipvs_family(sock):
+def _ipvs_family(sock, load_module=True):
+    """IPVS's generic netlink family; None when ip_vs is not loaded and
+    `load_module` is False (nothing of IPVS is in the kernel then)."""
     try:
         return sock.family("IPVS")
     except FileNotFoundError:
-        pass
+        if not load_module:
+            return None
     # Looking the netlink family up does not load ip_vs, and on a node that has
     # never run IPVS it is not loaded yet.
     run([MODPROBE, "-q", "ip_vs"])
@@ -38,25 +41,35 @@ def _ipvs_family(sock):
 
 
 class IpvsNetlink:
+    def __init__(self, load_module=True):
+        """`load_module`: load ip_vs when it is not loaded yet (apply, drain).
+        A command that only reads (plan) passes False, and finds an empty
+        table: reading the state must not change it."""
+        self.load_module = load_module
+
     # -- reading -----------------------------------------------------------
     def dump(self):
         """The table as apply, plan and drain need it: counters at zero (snapshot() has them)."""
-        table = self._with_family(lambda sock, family: sock.ipvs_table(family, stats=False))
+        table = self._with_family(lambda sock, family: sock.ipvs_table(family, stats=False),
+                                  absent=())
         return [self._service(svc, dests) for svc, dests in table]
 
     def timeouts(self):
-        """The kernel's IPVS timeouts: {"tcp": s, "tcp_fin": s, "udp": s}."""
-        return self._with_family(lambda sock, family: sock.timeouts(family))
+        """The kernel's IPVS timeouts: {"tcp": s, "tcp_fin": s, "udp": s}; {}
+        when ip_vs is not loaded (they are not set until it is)."""
+        return self._with_family(lambda sock, family: sock.timeouts(family), absent={})
 
     def set_timeouts(self, timeouts):
         """Set the named timeouts ({"udp": 60}); the others stay as they are."""
-        self._with_family(lambda sock, family: sock.set_timeouts(family, timeouts))
+        self._with_family(lambda sock, family: sock.set_timeouts(family, timeouts), write=True)
 
-    @staticmethod
-    def _with_family(call):
+    def _with_family(self, call, absent=None, write=False):
+        """call(sock, family); `absent` when ip_vs is not loaded and, for a
+        read, may not be loaded.  A write loads it whatever load_module says."""
         sock = ipvs_wire.GenlSocket()
         try:
-            return call(sock, _ipvs_family(sock))
+            family = _ipvs_family(sock, self.load_module or write)
+            return absent if family is None else call(sock, family)
         finally:
             sock.close()
 
@@ -81,14 +94,15 @@ class IpvsNetlink:
 
     def sync_daemons(self):
         """The running connection sync daemons: [SyncDaemon]."""
-        return [self._sync_daemon(d)
-                for d in self._with_family(lambda sock, family: sock.sync_daemons(family))]
+        return [self._sync_daemon(d) for d in self._with_family(
+            lambda sock, family: sock.sync_daemons(family), absent=())]
 
     def stop_sync_daemon(self, role):
         """Stop the "master" or "backup" sync daemon; one already stopped is done."""
         state = SYNC_STATES[role]
         try:
-            self._with_family(lambda sock, family: sock.stop_sync_daemon(family, state))
+            self._with_family(lambda sock, family: sock.stop_sync_daemon(family, state),
+                              write=True)
         except OSError as exc:
             if exc.errno != errno.ESRCH:  # the kernel's "no such daemon running"
                 raise

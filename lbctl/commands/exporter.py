@@ -71,6 +71,6 @@ def _drift(root, cluster):
 
     try:
         applied, saved = applied_cluster(root, cluster.name)
-        return len(load_node(saved, None, root, cluster=applied).plan.changes)
+        return len(load_node(saved, None, root, cluster=applied, read_only=True).plan.changes)
     except LbctlError:
         return None

@@ -9,7 +9,7 @@ from lbctl.plan import format_plan
 
 def run(args, out):
     ctx = load_node(args.file, args.node, args.root, force=args.force, remove=args.remove,
-                    cluster=load_cluster(args.file))
+                    cluster=load_cluster(args.file), read_only=True)
     out.write(format_plan(ctx.plan) + "\n")
     for line in describe_drains(ctx, time.time()):
         out.write(line + "\n")

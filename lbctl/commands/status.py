@@ -100,7 +100,7 @@ def drift(args, cluster, node):
     from lbctl.node import load_node
 
     try:
-        ctx = load_node(args.file, node, args.root, cluster=cluster)
+        ctx = load_node(args.file, node, args.root, cluster=cluster, read_only=True)
     except LbctlError as exc:
         return None, str(exc)
     return [str(change).strip() for change in ctx.plan.changes], None
