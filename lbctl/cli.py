@@ -154,6 +154,9 @@ def build_parser():
     p.add_argument("--start-at", metavar="WORKER", help="resume a stopped rollout here")
     p.add_argument("--timeout", type=float, default=900, metavar="SECONDS",
                    help="for a worker to go idle, and again to turn healthy (default 900)")
+    p.add_argument("--exec-timeout", type=float, default=1800, metavar="SECONDS",
+                   help="for the command, for each worker: past it, the command and what it "
+                   "started are stopped and the rollout stops there (default 1800)")
     p.add_argument("--ssh-config", metavar="FILE",
                    help="an ssh_config(5) file for ssh -F (default: ~/.ssh/config)")
 
@@ -224,6 +227,8 @@ def _check_arguments(parser, args):
         parser.error("rollout needs the cluster file by its path")
     if args.command == "rollout" and args.batch < 1:
         parser.error("--batch takes at least one worker at a time")
+    if args.command == "rollout" and args.exec_timeout <= 0:
+        parser.error("--exec-timeout must be more than 0 seconds")
     if getattr(args, "keep_leaving", False) and (args.remove or args.all):
         parser.error("--keep-leaving is one node's half of a rollout: not with --remove or --all")
     if getattr(args, "remove", False) and getattr(args, "force", False):

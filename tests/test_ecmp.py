@@ -408,3 +408,32 @@ def test_bird_accepts_the_lab_routers_config(tmp_path, bfd):
     done = subprocess.run([BIRD, "-p", "-c", str(conf)], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr + conf.read_text()
+
+
+def test_a_bird_that_never_answers_holds_the_hook_for_a_bounded_time_only(tmp_path):
+    """birdc waits for BIRD's greeting for ever; the hook bounds it, and
+    birdc never holds the folder's lock, so the next quorum event and apply
+    still run."""
+    import socket as sockets
+
+    short = Path(tempfile.mkdtemp(prefix="lbctl-mute-"))
+    folder, path = short / "announce", short / "bird.ctl"
+    folder.mkdir()
+    (tmp_path / "announce.map").write_text(HOOK_MAP)
+    script = install_hook(tmp_path, "lbctl-announce")
+    mute = sockets.socket(sockets.AF_UNIX)
+    mute.bind(str(path))
+    mute.listen(8)  # accepts, and never says a word
+    try:
+        began = time.monotonic()
+        done = subprocess.run([str(script), str(folder), str(path),
+                               str(tmp_path / "announce.map"), str(tmp_path / "drained"), "sync"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "LBCTL_BIRDC_SECONDS": "1"})
+        assert time.monotonic() - began < 15
+        assert done.returncode == 1 and "BIRD did not take its config" in done.stderr, done
+        free = subprocess.run(["flock", "-n", str(folder), "true"], timeout=10)
+        assert free.returncode == 0  # no birdc left holding the hook's lock
+    finally:
+        mute.close()
+        shutil.rmtree(short)

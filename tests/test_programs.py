@@ -176,3 +176,29 @@ def test_a_python_that_cannot_import_lbctl_isolated_gets_no_boot_unit(folder_und
     shutil.rmtree(package)  # lbctl only through PYTHONPATH or a user site: -I drops both
     with pytest.raises(NodeError, match="cannot import lbctl"):
         require_root_only_python(str(venv / "bin" / "python"))
+
+
+def test_a_program_that_outlives_its_bound_is_killed_with_its_children(tmp_path):
+    """apply's bound on a hook must not leave the hook's child running with
+    what the hook locked (lbctl-announce's birdc held its folder's lock)."""
+    import os
+    import time
+
+    from lbctl.adapters.programs import run
+    from lbctl.errors import ApplyError
+
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "hook"
+    script.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pid_file}\nwait\n")
+    script.chmod(0o755)
+    began = time.monotonic()
+    with pytest.raises(ApplyError, match="no answer after 1 s"):
+        run([str(script)], timeout=1)
+    assert time.monotonic() - began < 10
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    state = open(f"/proc/{child}/stat").read().split()[2] if os.path.exists(
+        f"/proc/{child}") else "gone"
+    assert state in ("gone", "Z"), state

@@ -662,3 +662,32 @@ def test_with_no_node_answering_all_says_so_and_exits_4_not_all_clear(monkeypatc
     else:
         assert text.splitlines()[0] == ("cluster pi-web: 4 node(s), 4 not reporting (lb1, lb2, "
                                         "pi1, pi2)"), text
+
+
+def test_a_rollout_command_that_hangs_is_stopped_with_what_it_started(tmp_path):
+    """--exec-timeout: a command past it is stopped, its children too, and
+    rollout stops there rather than wait for ever with a worker drained."""
+    import io
+    import os
+    import time
+
+    from lbctl.commands.rollout import run_command
+
+    cluster = cluster_from(PAIR)
+    pid_file = tmp_path / "child.pid"
+    began = time.monotonic()
+    code = run_command(f"sleep 120 & echo $! > {pid_file}; wait", cluster, "pi1",
+                       io.StringIO(), timeout=1)
+    assert code is None and time.monotonic() - began < 15
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{child}") and time.monotonic() < deadline:
+        with open(f"/proc/{child}/stat") as fh:
+            if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.05)
+    else:
+        assert not os.path.exists(f"/proc/{child}"), "the command's child runs on"
+    # A command that ends in time gives its status, and sees the worker.
+    assert run_command('test "$LBCTL_WORKER" = pi1', cluster, "pi1", io.StringIO(),
+                       timeout=30) == 0

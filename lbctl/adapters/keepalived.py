@@ -137,7 +137,7 @@ class KeepalivedDaemon:
             held = None
         try:
             if held is not None:
-                fcntl.flock(held, fcntl.LOCK_EX)
+                _flock_within(held, LOCK_SECONDS, rules)
                 os.unlink(rules)
             if os.access(self.nft, os.X_OK):
                 # (nft 1.0.6 has no "destroy": adding first makes the delete safe.)
@@ -184,6 +184,24 @@ class KeepalivedDaemon:
             os.chown(state_dir, user.pw_uid, user.pw_gid, follow_symlinks=False)
         os.chmod(state_dir, 0o755, follow_symlinks=False)
         return run_dir
+
+
+# How long apply waits for a lock keepalived's hooks hold: they hold it for
+# an nft call, so a lock held longer is a hook that hangs.
+LOCK_SECONDS = 30
+
+
+def _flock_within(fd, seconds, path, poll=0.05):
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ApplyError("lock", path, f"a keepalived hook has held it for over "
+                                 f"{seconds}s; run apply again once it is done") from None
+            time.sleep(poll)
 
 
 def empty_folder(path):

@@ -27,9 +27,24 @@ SYSTEMD = 120
 
 
 def run(argv, timeout=QUICK, input=None):
-    """CompletedProcess with text output; raises ApplyError if it outlives `timeout`."""
-    try:
-        return subprocess.run(argv, input=input, capture_output=True, text=True, check=False,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise ApplyError("run", " ".join(argv[:3]), f"no answer after {timeout} s") from None
+    """CompletedProcess with text output; raises ApplyError if it outlives `timeout`.
+
+    The program runs in a process group of its own, and a timeout kills the
+    whole group: a hook's own children (birdc under lbctl-announce) would
+    otherwise run on, holding what the hook had locked."""
+    import os
+    import signal
+
+    with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else None,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()  # (not its output: something that left the group may hold the pipe)
+            raise ApplyError("run", " ".join(argv[:3]), f"no answer after {timeout} s") from None
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)

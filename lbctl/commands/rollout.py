@@ -60,7 +60,10 @@ def _one_batch(args, cluster, balancers, batch, out):
         if not wait_idle(cluster, balancers, worker, None, args.timeout, ssh, out):
             return f"{worker} still had connections after {args.timeout:g}s"
     for worker in batch:
-        code = run_command(args.exec, cluster, worker, out)
+        code = run_command(args.exec, cluster, worker, out, args.exec_timeout)
+        if code is None:
+            return (f"the command for {worker} ran past {args.exec_timeout:g}s "
+                    "(--exec-timeout) and was stopped")
         if code != 0:
             return f"the command exited {code} for {worker}"
     finished = time.monotonic()
@@ -75,15 +78,73 @@ def _one_batch(args, cluster, balancers, batch, out):
     return None
 
 
-def run_command(command, cluster, worker, out):
+def run_command(command, cluster, worker, out, timeout=None):
     """The user's command, through the shell as they typed it; the worker comes
-    in the environment, never spliced into the command text."""
+    in the environment, never spliced into the command text.  Its exit
+    status, or None when it ran past `timeout` seconds and was stopped, with
+    every process it started that is still its own."""
     address = str(cluster.workers[worker].address)
     progress(f"running the command for {worker} ({address}) ...")
     out.flush()
     env = os.environ | {"LBCTL_CLUSTER": cluster.name, "LBCTL_WORKER": worker,
                         "LBCTL_WORKER_ADDRESS": address}
-    return subprocess.run(command, shell=True, env=env, check=False).returncode
+    # In lbctl's own process group, so a command that asks (ssh, sudo) still
+    # has the terminal; a timeout stops it and its descendants one by one.
+    proc = subprocess.Popen(command, shell=True, env=env)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _stop_tree(proc)
+        return None
+
+
+def _stop_tree(proc, grace=5.0):
+    """SIGTERM to the command's shell and everything below it, then SIGKILL
+    to whatever did not end within `grace` seconds."""
+    import signal
+
+    tree = [proc.pid, *_descendants(proc.pid)]
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        for pid in tree:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=grace)
+            if signum == signal.SIGTERM and not any(_alive(p) for p in tree[1:]):
+                return
+        except subprocess.TimeoutExpired:
+            pass
+    proc.wait()
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _descendants(pid):
+    """The pids below `pid`, read from /proc (children, theirs, ...)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        below = children.get(todo.pop(), [])
+        found += below
+        todo += below
+    return found
 
 
 def checked_services(cluster, worker):
