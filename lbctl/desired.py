@@ -128,10 +128,23 @@ def _saved_copy(state, cluster, boot):
     state.files[Layout(cluster.name).saved_copy] = FileSpec(SAVED_COPY_HEADER + boot.config_text)
     if cluster.exporter is not None:
         listen = cluster.exporter
+        own = cluster.balancers[state.node].address
         if listen.startswith("node:"):
-            listen = f"{cluster.balancers[state.node].address}:{listen.partition(':')[2]}"
-        _enable(state, "exporter",
-                render_exporter_unit(cluster.name, state.node, boot.python, listen))
+            listen = f"{own}:{listen.partition(':')[2]}"
+        _enable(state, "exporter", render_exporter_unit(
+            cluster.name, state.node, boot.python, listen, _scrapers(cluster, own, listen)))
+
+
+def _scrapers(cluster, own, listen):
+    """Who may reach the exporter (systemd's IPAddressAllow=): this host when
+    it listens on 127.0.0.1, the LAN too on the balancer's own address, and
+    anyone on an address the file calls public (None: no list)."""
+    from lbctl.config.model import split_listen
+
+    address, _port = split_listen(listen)
+    if address.is_loopback:
+        return ["localhost"]
+    return ["localhost", str(cluster.network)] if address == own else None
 
 
 def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, force=False,

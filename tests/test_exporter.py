@@ -203,3 +203,73 @@ def test_an_apply_that_fails_with_any_error_is_recorded_as_failed(tmp_path, monk
         apply.run(args, None)
     found = read_last_apply(str(tmp_path), "pi-web")
     assert found["ok"] is False and str(failure) in found["error"], found
+
+
+def test_the_server_answers_one_scrape_at_a_time_and_a_burst_shares_one_collection(
+        monkeypatch):
+    """A scrape flood (mode ecmp: VIP:PORT reachable from anywhere, were the
+    file to say public) queues instead of starting a thread and a collection
+    per request; a client that sends nothing is dropped."""
+    import socket
+    import threading
+    import urllib.request
+
+    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client.registry import CollectorRegistry
+
+    from lbctl.commands import exporter
+
+    class Counting:
+        collections = 0
+
+        def collect(self):
+            Counting.collections += 1
+            yield GaugeMetricFamily("lbctl_test", "a test gauge", value=1)
+
+    monkeypatch.setattr(exporter, "CLIENT_SECONDS", 0.5)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(exporter.Reused(Counting(), seconds=60))
+    server = exporter.serve("127.0.0.1", 0, registry)
+    port = server.server_address[1]
+    serving = threading.Thread(target=server.serve_forever, daemon=True)
+    serving.start()
+    try:
+        silent = socket.create_connection(("127.0.0.1", port))  # says nothing
+        answers = []
+
+        def scrape():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=20) as got:
+                answers.append((got.status, got.read().decode()))
+        scrapers = [threading.Thread(target=scrape) for _ in range(5)]
+        for t in scrapers:
+            t.start()
+        for t in scrapers:
+            t.join(30)
+        assert [status for status, _ in answers] == [200] * 5
+        assert all("lbctl_test 1.0" in text for _, text in answers)
+        assert Counting.collections == 1
+        assert threading.active_count() < 10  # no thread per request
+        silent.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_reused_collects_again_once_its_time_is_up():
+    from lbctl.commands.exporter import Reused
+
+    now = [100.0]
+
+    class Counting:
+        def __init__(self):
+            self.n = 0
+
+        def collect(self):
+            self.n += 1
+            return [self.n]
+
+    inner = Counting()
+    reused = Reused(inner, seconds=2, clock=lambda: now[0])
+    assert list(reused.collect()) == [1] and list(reused.collect()) == [1]
+    now[0] += 2
+    assert list(reused.collect()) == [2]

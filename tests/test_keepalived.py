@@ -496,6 +496,9 @@ def test_an_exporter_in_the_file_gets_a_unit_on_each_balancer_that_systemd_accep
         assert exec_start_lines(text) == [[
             "/usr/bin/python3", "-I", "-m", "lbctl", "exporter", "--listen", f"{address}:9588"]]
         assert "DynamicUser=yes\nAmbientCapabilities=CAP_NET_ADMIN\n" in text
+        # Scraped from this host and the LAN only; IPv4, netlink and unix sockets only.
+        assert "IPAddressDeny=any\nIPAddressAllow=localhost 192.168.100.0/24\n" in text
+        assert "RestrictAddressFamilies=AF_INET AF_NETLINK AF_UNIX\n" in text
         unit = tmp_path / "lbctl-pi-web-exporter.service"
         unit.write_text(text)
         found = subprocess.run(["systemd-analyze", "verify", "--man=no", str(unit)],
@@ -754,3 +757,18 @@ def test_a_fresh_start_empties_the_state_folder_whatever_the_script_user_left(tm
     empty_folder(str(state))
     assert state.is_dir() and list(state.iterdir()) == []
     assert (outside / "keep").is_dir()  # links were removed, not followed
+
+
+def test_an_exporter_on_every_address_or_a_vip_must_say_it_is_public():
+    everywhere = PAIR + "exporter: {listen: 0.0.0.0:9588, public: true}\n"
+    assert cluster_from(everywhere).exporter == "0.0.0.0:9588"
+    public = units_of(everywhere, "lb1")["/etc/systemd/system/lbctl-pi-web-exporter.service"]
+    assert "IPAddressAllow" not in public and "IPAddressDeny" not in public
+    local = units_of(PAIR + "exporter:\n", "lb1")[
+        "/etc/systemd/system/lbctl-pi-web-exporter.service"]
+    assert "IPAddressDeny=any\nIPAddressAllow=localhost\n" in local
+    assert cluster_from(PAIR + "exporter: {listen: 'node:9588'}\n").exporter == "node:9588"
+    with pytest.raises(ConfigError, match="serves the metrics on every address"):
+        cluster_from(everywhere.replace("public: true", "public: false"))
+    with pytest.raises(ConfigError, match="exporter.public: expected true or false"):
+        cluster_from(everywhere.replace("public: true", "public: 'yes'"))

@@ -17,7 +17,6 @@ def parse_listen(text):
 
 
 def run(args, out):
-    from prometheus_client import start_http_server
     from prometheus_client.registry import CollectorRegistry
 
     from lbctl.adapters.ipvs import IpvsNetlink
@@ -40,23 +39,69 @@ def run(args, out):
             return saved_clusters(args.root, strict=False)
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LbctlCollector(args.root, clusters, IpvsNetlink().snapshot,
-                                     lambda cluster: _drift(args.root, cluster),
-                                     drift_every=args.drift_every))
+    registry.register(Reused(LbctlCollector(args.root, clusters, IpvsNetlink().snapshot,
+                                            lambda cluster: _drift(args.root, cluster),
+                                            drift_every=args.drift_every)))
     try:
-        server, thread = start_http_server(port, address, registry)
+        server = serve(address, port, registry)
     except OSError as exc:
         raise UsageError(f"--listen {listen}: {exc.strerror or exc}") from None
     out.write(f"lbctl exporter: serving http://{address}:{port}/metrics\n")
     out.flush()
-    # Until SIGTERM (systemd) or Ctrl-C; the HTTP server runs in its own thread.
+    # Until SIGTERM (systemd) or Ctrl-C.
     signal.signal(signal.SIGTERM, _stop)
     try:
-        while thread.is_alive():
-            thread.join(1)
+        server.serve_forever()
     except KeyboardInterrupt:
-        server.shutdown()
+        pass
+    finally:
+        server.server_close()
     return 0
+
+
+# A client that sends nothing (or reads nothing) for this long is dropped.
+CLIENT_SECONDS = 10
+# Scrapes within this many seconds of one another share one collection.
+REUSE_SECONDS = 2.0
+
+
+def serve(address, port, registry):
+    """An HTTP server for /metrics that answers one request at a time: a
+    scrape flood queues in the kernel's backlog instead of starting a thread
+    (and a collection) per request, and an idle client is dropped."""
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+    from prometheus_client import make_wsgi_app
+
+    class Handler(WSGIRequestHandler):
+        timeout = CLIENT_SECONDS
+
+        def log_message(self, *args):
+            pass  # Prometheus scrapes every few seconds: no line each time
+
+    class Server(WSGIServer):
+        request_queue_size = 16
+
+    return make_server(address, port, make_wsgi_app(registry), server_class=Server,
+                       handler_class=Handler)
+
+
+class Reused:
+    """A collector whose metrics are collected at most once per REUSE_SECONDS:
+    each collection reads the saved files, the hooks' state and the kernel's
+    tables, and a burst of scrapes needs them once."""
+
+    def __init__(self, collector, seconds=REUSE_SECONDS, clock=None):
+        import time
+
+        self.collector, self.seconds, self.clock = collector, seconds, clock or time.monotonic
+        self._last = None  # (when, [metric families])
+
+    def collect(self):
+        now = self.clock()
+        if self._last is None or now - self._last[0] >= self.seconds:
+            self._last = (now, list(self.collector.collect()))
+        return iter(self._last[1])
 
 
 def _stop(_signum, _frame):

@@ -17,9 +17,11 @@ def render_balancer_unit(cluster_name, node, config_path, python):
                   config=config_path, python=python)
 
 
-def render_exporter_unit(cluster_name, node, python, listen):
+def render_exporter_unit(cluster_name, node, python, listen, scrapers=None):
+    """`scrapers`: the addresses and networks that may reach it (IPAddressAllow=),
+    or None for anyone."""
     return render("systemd", EXPORTER_UNIT_TEMPLATE, cluster=cluster_name, node=node,
-                  python=python, listen=listen)
+                  python=python, listen=listen, scrapers=scrapers)
 
 
 def exec_start_lines(unit_text, key="ExecStart"):
