@@ -50,7 +50,7 @@ def build_parser():
                                 parser_class=Parser)
 
     p = sub.add_parser("validate", parents=[common], help="check a cluster file (- reads stdin)")
-    p.add_argument("file")
+    p.add_argument("file", help="the cluster file, or - for standard input")
 
     for name, text in (("plan", "show what apply would change on this node"),
                        ("apply", "make this node match the cluster file")):
@@ -81,7 +81,8 @@ def build_parser():
     p.add_argument("--node", help="this node's name (default: found from this host's "
                    "addresses); with --all, the nodes to ask: NAME[,NAME...]")
     _remote_flags(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true",
+                   help="the report as JSON (what --all reads from each node), for scripts")
     p.add_argument("--no-drift", action="store_true",
                    help="with FILE: leave out what apply would change here (faster)")
     p.add_argument("--connections", action="store_true",
@@ -179,7 +180,7 @@ def build_parser():
     p.add_argument("--node", help="this node's name (default: found from this host's "
                    "addresses); with --all, the nodes to check: NAME[,NAME...]")
     _remote_flags(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the findings as JSON, for scripts")
     p.add_argument("--no-wire", action="store_true",
                    help="only this node's own checks: send no ARP, SYN or ping probes")
     p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
@@ -219,6 +220,9 @@ def _check_arguments(parser, args):
                      "--connections")
     if args.command == "status" and args.interval <= 0:
         parser.error("--interval must be more than 0 seconds")
+    for flag in ("timeout", "pause"):
+        if getattr(args, flag, 0) < 0:
+            parser.error(f"--{flag} cannot be negative")
     if args.command == "exporter" and args.drift_every <= 0:
         parser.error("--drift-every must be more than 0 seconds")
     if getattr(args, "connections", False) and args.all:

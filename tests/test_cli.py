@@ -182,3 +182,31 @@ def test_under_sudo_apply_plan_and_status_of_this_node_run_as_usual(monkeypatch,
     # Without sudo, as root: nothing refused.
     monkeypatch.delenv("SUDO_USER")
     assert cli.refused_under_sudo(cli.build_parser().parse_args(["lab", "demo"])) == []
+
+
+def test_every_argument_of_every_command_says_what_it_is_for():
+    import argparse
+
+    from lbctl.cli import build_parser
+
+    def silent(parser, path):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from silent(sub, [*path, name])
+            elif action.help is None:
+                yield " ".join([*path, *(action.option_strings or [action.dest])])
+    assert list(silent(build_parser(), ["lbctl"])) == []
+
+
+@pytest.mark.parametrize("argv", [
+    ["rollout", str(EXAMPLE), "--exec", "true", "--timeout", "-1"],
+    ["rollout", str(EXAMPLE), "--exec", "true", "--pause", "-5"],
+    ["drain", "pi1", str(EXAMPLE), "--wait", "--timeout", "-1"],
+    ["drain-balancer", "lb1", str(EXAMPLE), "--timeout", "-1"],
+])
+def test_a_negative_time_is_a_usage_error(capsys, argv):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 64
+    assert "cannot be negative" in capsys.readouterr().err

@@ -39,8 +39,13 @@ class Checker:
     def entries(self, value, section, what, allowed, required):
         """(name, spec, path) of each well-formed NAME: {mapping} entry of a section."""
         path = (section,)
-        if not isinstance(value, dict) or not value:
-            self.error(path, f"{section}: expected a mapping of {what} names to their settings")
+        if isinstance(value, dict) and not value or value is None:
+            self.error(path, f"{section}: empty: a cluster needs at least one {what}, as "
+                       f"NAME: {{...}} under {section}:")
+            return
+        if not isinstance(value, dict):
+            self.error(path, f"{section}: expected a mapping of {what} names to their settings, "
+                       f"found {kind_of(value)}")
             return
         for name, spec in value.items():
             p = path + (name,)
