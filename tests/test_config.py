@@ -80,3 +80,13 @@ def test_a_service_whose_workers_all_weigh_zero_is_refused_at_its_name():
 def test_a_weight_of_zero_for_some_workers_is_still_fine():
     text = PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, workers: {pi1: 0, pi2: 1}}")
     assert [r.weight for r in cluster_from(text).services["web"].real_servers] == [0, 1]
+
+
+def test_persistence_is_a_duration_like_every_other_time_in_the_file():
+    from helpers import PI_SINGLE, cluster_from
+
+    for written, seconds in (("300", 300), ("300s", 300), ("0", 0)):
+        text = PI_SINGLE.replace("scheduler: wrr}", f"scheduler: wrr, persistence: {written}}}")
+        assert cluster_from(text).services["web"].persistence == seconds, written
+    with pytest.raises(ConfigError, match="not a whole number of seconds; IPVS counts it"):
+        cluster_from(PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, persistence: 1.5s}"))

@@ -102,12 +102,12 @@ def check_bgp(c, top, ecmp, balancers, workers, services, network):
                 "to the router (iBGP resolves next hops differently): give the balancers an AS "
                 "of their own")
         local_as = None
-    hold = _whole_seconds(c, spec.get("hold", Bgp.hold), p + ("hold",), 3, 65535)
+    hold = c.whole_seconds(spec.get("hold", Bgp.hold), p + ("hold",), 3, 65535, "BGP")
     keepalive = None
     if hold is not None:
         # RFC 4271 suggests a third of the hold time: two keepalives may be lost.
-        keepalive = _whole_seconds(c, spec.get("keepalive", max(1, hold // 3)),
-                                   p + ("keepalive",), 1, max(1, hold // 3))
+        keepalive = c.whole_seconds(spec.get("keepalive", max(1, hold // 3)),
+                                    p + ("keepalive",), 1, max(1, hold // 3), "BGP")
     bfd = _bfd(c, spec.get("bfd", False), p + ("bfd",))
     if bfd and hold is not None and bfd.interval * bfd.multiplier >= hold:
         c.error(p + ("bfd",), f"bgp.bfd: {bfd.interval:g}s x {bfd.multiplier} is no sooner "
@@ -142,15 +142,6 @@ def _router_address(c, value, path, balancers, workers, services, network):
                 "`network:` if it is wider)")
         return None
     return address
-
-
-def _whole_seconds(c, value, path, low, high):
-    seconds = c.duration(value, path, low, high)
-    if seconds is not None and seconds != int(seconds):
-        c.error(path, f"{c.where(path)}: {value!r} is not a whole number of seconds; BGP "
-                "counts its timers in seconds")
-        return None
-    return None if seconds is None else int(seconds)
 
 
 def _bfd(c, value, path):

@@ -117,6 +117,16 @@ class Checker:
             return None
         return seconds
 
+    def whole_seconds(self, value, path, low, high, counter):
+        """A duration (300, 300s) that is a whole number of seconds, as
+        `counter` (BGP, IPVS) counts its time."""
+        seconds = self.duration(value, path, low, high)
+        if seconds is not None and seconds != int(seconds):
+            self.error(path, f"{self.where(path)}: {value!r} is not a whole number of seconds; "
+                       f"{counter} counts it in seconds")
+            return None
+        return None if seconds is None else int(seconds)
+
     def choice(self, value, path, choices, what):
         if value not in choices:
             self.error(path, f"{self.where(path)}: unknown {what} {value!r}; "
@@ -131,4 +141,5 @@ def kind_of(value):
 
 
 def seconds_text(value):
-    return f"{value:g}s"
+    """0.5s, 30s, 2678400s: never in exponent form."""
+    return f"{int(value)}s" if value == int(value) else f"{value:g}s"

@@ -60,8 +60,9 @@ def check_services(c, value, workers):
         port = c.integer(spec["port"], p + ("port",), 1, 65535, "port") if "port" in spec else None
         protocol = c.choice(spec.get("protocol", "tcp"), p + ("protocol",), PROTOCOLS, "protocol")
         scheduler = c.choice(spec.get("scheduler", "wlc"), p + ("scheduler",), SCHEDULERS, "scheduler")
-        persistence = c.integer(spec.get("persistence", 0), p + ("persistence",), 0, 86400 * 31,
-                                "persistence (seconds)")
+        # A duration like every other time in the file (300 or 300s); 0 is off.
+        persistence = c.whole_seconds(spec.get("persistence", 0), p + ("persistence",), 0,
+                                      86400 * 31, "IPVS")
         real_servers = _real_servers(c, spec.get("workers"), p + ("workers",), workers)
         health, health_ok = _health(c, spec.get("health", "none"), p + ("health",), protocol)
         flags = _scheduler_flags(c, spec.get("scheduler_flags", []), p + ("scheduler_flags",),
