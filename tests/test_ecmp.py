@@ -437,3 +437,48 @@ def test_a_bird_that_never_answers_holds_the_hook_for_a_bounded_time_only(tmp_pa
     finally:
         mute.close()
         shutil.rmtree(short)
+
+
+def test_the_bird_adapter_runs_bird_as_its_own_user_and_reloads_and_stops_it():
+    """Without systemd (the lab, containers) the adapter starts BIRD itself:
+    BIRD drops to its user once its socket is open, writes the pid file made
+    for it, reads its config again on reload, and stops."""
+    import pwd
+
+    from lbctl.adapters.bird import BirdDaemon
+    from lbctl.adapters.systemd import Systemd
+    from lbctl.render.bird import BIRD_USER
+
+    root = tempfile.mkdtemp(prefix="lbctl-bird-user-", dir="/run")  # as the lab's: 0755 down
+    os.chmod(root, 0o755)
+    try:
+        cluster = load(Path(root))
+        layout = Layout(cluster.name, root)
+        conf = Path(layout.real(layout.bird_conf))
+        conf.parent.mkdir(parents=True)
+        for folder in (conf.parent, conf.parent.parent):
+            folder.chmod(0o755)
+        conf.write_text(render_bird_conf(cluster, "lb1", "eth0", layout))
+        daemon = BirdDaemon(layout, Systemd(runs=False))
+        daemon.prepare()  # as apply does before the test: the folder of offers
+        assert daemon.test(conf.read_text()) == []
+        assert daemon.test("protocol bgp {") != []
+        daemon.start()
+        try:
+            assert daemon.running()
+            pid = daemon.process.pid()
+            with open(f"/proc/{pid}/status") as fh:
+                uid = next(line.split()[1] for line in fh if line.startswith("Uid:"))
+            assert int(uid) == pwd.getpwnam(BIRD_USER).pw_uid
+            Path(layout.real(layout.announce_dir), "10.200.0.10.conf").write_text(
+                "route 10.200.0.10/32 blackhole;\n")
+            daemon.reload()  # as BIRD's user, it reads the config and the offers again
+            shown = subprocess.run([BIRDC, "-s", layout.real(layout.bird_socket), "show",
+                                    "route"], capture_output=True, text=True, timeout=30).stdout
+            assert "10.200.0.10/32" in shown, shown
+        finally:
+            daemon.stop()
+        assert not daemon.running()
+        assert not os.path.exists(layout.real(layout.announce_dir))
+    finally:
+        shutil.rmtree(root)

@@ -8,15 +8,17 @@ bound to keepalived's.
 """
 
 import os
+import pwd
 import shutil
 import time
+from contextlib import suppress
 
 from lbctl.adapters.files import ensure_dir
 from lbctl.adapters.process import DaemonProcess
 from lbctl.adapters.programs import BIRD, BIRDC, run
 from lbctl.adapters.systemd import Systemd
 from lbctl.errors import ApplyError
-from lbctl.render.bird import bird_argv
+from lbctl.render.bird import BIRD_USER, bird_argv
 
 # After BIRD has closed its session the router moves the flows to the other
 # balancers; whatever stops next (keepalived and its table) waits this long.
@@ -47,15 +49,34 @@ class BirdDaemon:
         return lines or [f"bird -p exited with status {status}"]
 
     def prepare(self, programs=frozenset()):
-        """BIRD installed, and the folder of offers its config includes."""
+        """BIRD installed with its user, and the folder of offers its config includes."""
         self._require_installed()
+        try:
+            self.user = pwd.getpwnam(BIRD_USER)
+        except KeyError:
+            raise ApplyError("run", "BIRD", f"its user {BIRD_USER} does not exist; the bird2 "
+                             "package makes it: reinstall it with `apt install --reinstall "
+                             "bird2`; nothing on this node was changed") from None
         ensure_dir(self.layout.root, self.layout.announce_dir)
+
+    def _pid_file_for_bird(self):
+        """BIRD writes its pid file once it runs as its user: an empty file it
+        owns, made (never through a link) in root's run folder."""
+        path = self.layout.real(self.layout.pid_file("bird"))
+        with suppress(FileNotFoundError):
+            os.unlink(path)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            os.fchown(fd, self.user.pw_uid, self.user.pw_gid)
+        finally:
+            os.close(fd)
 
     def start(self):
         self.prepare()
         if self.systemd.runs:
-            self.systemd.start(self.layout.bird_unit, "BIRD")
+            self.systemd.start(self.layout.bird_unit, "BIRD")  # its unit makes the pid file
         elif self.process.pid() is None:
+            self._pid_file_for_bird()
             self.process.spawn(bird_argv(self.layout, self.binary))
 
     def reload(self):
