@@ -10,7 +10,7 @@ from lbctl.layout import (
 )
 from lbctl.render.systemd import render_balancer_unit, render_exporter_unit, render_worker_unit
 from lbctl.state import (
-    BIRD, KEEPALIVED, Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec,
+    BIRD, EXPORTER, KEEPALIVED, Address, DaemonSpec, DestSpec, FileSpec, NodeState, ServiceSpec,
 )
 
 KEEPALIVED_SCRIPTS = (CHECK_SCRIPT, NOTIFY_SCRIPT, HOOK_ORDER)
@@ -133,6 +133,9 @@ def _saved_copy(state, cluster, boot):
             listen = f"{own}:{listen.partition(':')[2]}"
         _enable(state, "exporter", render_exporter_unit(
             cluster.name, state.node, boot.python, listen, _scrapers(cluster, own, listen)))
+        # Restarted when its unit changes; it reads the saved copy at each scrape.
+        unit = Layout(cluster.name).unit_file("exporter")
+        _run_daemon(state, EXPORTER, unit, [unit])
 
 
 def _scrapers(cluster, own, listen):

@@ -78,37 +78,12 @@ def _make_changes(plan, adapters, report):
     ipvs_removes = [c for c in removes if c.action == REMOVE and c.kind in IPVS_KINDS]
     _apply_ipvs(adapters, [_ipvs_op(c) for c in ipvs_removes], ipvs_removes, report)
     local_removes = [c for c in removes if c.kind not in IPVS_KINDS]
-    _run_units("stop", _lbctl_services(local_removes), adapters.systemd)  # before their unit goes
     _apply_local(adapters, local_removes, report)
 
     if write_ownership(files, adapters.ownership_dir, plan.cluster, plan.owned_after,
                        plan.node):
         report.writes += 1
     _reload_units(report, adapters.systemd, since=reloaded)
-    # A new or changed unit of a long-running lbctl service (the exporter)
-    # takes effect once restarted; the boot units run lbctl itself and need none.
-    _run_units("restart", _lbctl_services(c for c in report.done if c.action in (ADD, CHANGE)),
-               adapters.systemd)
-
-
-LBCTL_SERVICE_SUFFIX = "-exporter.service"
-
-
-def _lbctl_services(changes):
-    return sorted({os.path.basename(c.key) for c in changes
-                   if c.kind == Kind.FILE and c.key.endswith(LBCTL_SERVICE_SUFFIX)})
-
-
-def _run_units(verb, units, systemd):
-    """systemctl VERB for lbctl's own services; without systemd (the lab) nothing."""
-    if not units or systemd is None or not systemd.runs:
-        return
-    for unit in units:
-        try:
-            getattr(systemd, verb)(unit)
-        except ApplyError:
-            if verb != "stop":  # a service that will not stop is removed all the same
-                raise
 
 
 def _reload_units(report, systemd, since):

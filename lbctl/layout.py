@@ -177,6 +177,10 @@ class Layout:
     def bird_unit(self):
         return unit_name(self.cluster, "bird")
 
+    @property
+    def exporter_unit(self):
+        return unit_name(self.cluster, "exporter")
+
     def unit_file(self, purpose):
         return f"{UNIT_DIR}/{unit_name(self.cluster, purpose)}"
 

@@ -110,6 +110,10 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         desired = desired_state(cluster, name, ifname, boot=boot, layout=layout,
                                 leaving=leaving, force=force,
                                 drained=set(drained_dests(cluster, drains)))
+    # A daemon nothing here can run (the exporter, where systemd does not run
+    # the node) is left to its unit file.
+    desired.daemons = {name: spec for name, spec in desired.daemons.items()
+                       if name in adapters.daemons}
     owned = read_ownership(adapters.files, adapters.ownership_dir, cluster.name, strict=remove)
     shared = sysctls_of_other_clusters(adapters.files, root, adapters.ownership_dir, cluster.name)
     observed = observe(desired, owned, adapters, address_list, ipvs_table)

@@ -32,6 +32,7 @@ class Kind(StrEnum):
     # The daemons (state.DAEMON_ORDER): start, reload or stop.
     KEEPALIVED = "keepalived"
     BIRD = "bird"
+    EXPORTER = "exporter"
 
 
 IPVS_KINDS = (Kind.SERVICE, Kind.REAL_SERVER)
@@ -279,7 +280,8 @@ def _seconds_or_unset(value):
 
 
 STOP_NOTES = {Kind.KEEPALIVED: " (its VIPs and services go with it; lbctl then takes over)",
-              Kind.BIRD: " (the router withdraws this balancer's routes)"}
+              Kind.BIRD: " (the router withdraws this balancer's routes)",
+              Kind.EXPORTER: " (and with it this balancer's metrics)"}
 
 
 def _daemon_stops(desired, observed):

@@ -12,8 +12,9 @@ FWD_DIRECT_ROUTING = 3  # IP_VS_CONN_F_DROUTE: rewrite the MAC only
 # reverse.  BIRD offers the router only what keepalived's checks vouch for:
 # it starts once keepalived runs, and closes its session before keepalived
 # (and the IPVS table) goes.
-KEEPALIVED, BIRD = "keepalived", "bird"
-DAEMON_ORDER = (KEEPALIVED, BIRD)
+# The exporter reads what both leave behind, so it comes last.
+KEEPALIVED, BIRD, EXPORTER = "keepalived", "bird", "exporter"
+DAEMON_ORDER = (KEEPALIVED, BIRD, EXPORTER)
 
 
 @dataclass(frozen=True, order=True)

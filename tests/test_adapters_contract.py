@@ -14,6 +14,7 @@ from lbctl.adapters.addrs import AddressIp
 from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.ipvs import IpvsNetlink
 from lbctl.adapters.bird import BirdDaemon
+from lbctl.adapters.exporter import ExporterDaemon
 from lbctl.adapters.keepalived import KeepalivedDaemon
 from lbctl.adapters.protocols import Addresses, Daemon, Files, Ipvs, Sysctls
 from lbctl.adapters.sysctl import SysctlProc
@@ -22,7 +23,8 @@ from lbctl.state import FileSpec
 
 PAIRS = [(Ipvs, IpvsNetlink, FakeIpvs), (Addresses, AddressIp, FakeAddresses),
          (Sysctls, SysctlProc, FakeSysctls), (Files, FilesRoot, FakeFiles),
-         (Daemon, KeepalivedDaemon, FakeDaemon), (Daemon, BirdDaemon, FakeDaemon)]
+         (Daemon, KeepalivedDaemon, FakeDaemon), (Daemon, BirdDaemon, FakeDaemon),
+         (Daemon, ExporterDaemon, FakeDaemon)]
 
 
 def _methods(protocol):

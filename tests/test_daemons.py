@@ -11,7 +11,7 @@ from ipaddress import IPv4Address
 from fakes import FakeAddresses, FakeDaemon, FakeFiles, FakeIpvs, FakeSysctls
 from helpers import PI_ECMP, cluster_from
 from lbctl.adapters.protocols import Adapters
-from lbctl.desired import desired_state, leaving_real_servers
+from lbctl.desired import BootApply, desired_state, leaving_real_servers
 from lbctl.execute import execute
 from lbctl.layout import Layout
 from lbctl.observe import observe
@@ -27,10 +27,10 @@ LAYOUT = Layout("pi-web")
 
 
 class Balancer:
-    """lb1 with fake keepalived and BIRD, and every step of apply but the kernel's."""
+    """lb1 with fake keepalived, BIRD and exporter, and every step of apply but the kernel's."""
 
     def __init__(self):
-        self.daemons = {name: FakeDaemon(name=name) for name in ("keepalived", "bird")}
+        self.daemons = {name: FakeDaemon(name=name) for name in ("keepalived", "bird", "exporter")}
         self.calls = []  # (daemon, call), in the order they were made
         for daemon in self.daemons.values():
             daemon.calls = _Recorder(daemon.name, self.calls)
@@ -44,7 +44,8 @@ class Balancer:
             desired = NodeState("balancer", "lb1", cluster.name)
         else:
             desired = desired_state(cluster, "lb1", "eth0", layout=LAYOUT,
-                                    leaving=leaving_real_servers(cluster, self.adapters.ipvs.dump()))
+                                    leaving=leaving_real_servers(cluster, self.adapters.ipvs.dump()),
+                                    boot=BootApply(text, "/usr/bin/python3"))
         owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
         observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
         return make_plan(desired, observed, owned)
@@ -75,7 +76,8 @@ class _Recorder(list):
 
 
 def changes(plan):
-    return [(str(c.kind), c.key) for c in plan.changes if str(c.kind) in ("keepalived", "bird")]
+    return [(str(c.kind), c.key) for c in plan.changes
+            if str(c.kind) in ("keepalived", "bird", "exporter")]
 
 
 def test_an_ecmp_balancer_starts_keepalived_then_bird_and_records_each():
@@ -184,3 +186,24 @@ def test_remove_stops_bird_then_keepalived():
     node.apply(ECMP, remove=True)
     assert node.daemon_calls() == [("bird", "stop"), ("keepalived", "stop")]
     assert node.adapters.files.files == {}
+
+
+def test_the_exporter_starts_after_the_others_restarts_with_its_unit_and_stops_first():
+    node = Balancer()
+    with_exporter = ECMP + "exporter: {listen: 'node:9588'}\n"
+    node.apply(with_exporter)
+    assert node.daemon_calls()[-3:] == [("keepalived", "start"), ("bird", "start"),
+                                        ("exporter", "start")]
+    assert node.plan(with_exporter).empty
+    moved = with_exporter.replace("node:9588", "node:9589")
+    plan = node.plan(moved)
+    assert changes(plan) == [("exporter", "reload")], format_plan(plan)
+    node.apply(moved)
+    assert node.daemon_calls() == [("exporter", "test"), ("exporter", "reload")]
+    # Without the section: stopped before its unit goes.
+    plan = node.plan(ECMP)
+    assert changes(plan)[0] == ("exporter", "stop"), format_plan(plan)
+    node.apply(ECMP)
+    assert not node.daemons["exporter"].is_running
+    assert not [path for path in node.adapters.files.files if "exporter" in path]
+    assert node.plan(ECMP).empty
