@@ -1,8 +1,8 @@
 """status --watch: the balancer's live view, redrawn in place like top.
 
-Each frame is computed from one IPVS snapshot and the one before it, so the
-rates are what happened during the last interval rather than the kernel's
-slow moving averages.  On a terminal, curses draws each frame over the last
+Each frame is computed from the node's status (status/collect.py) and the one
+before it, so the rates are what happened during the last interval rather
+than the kernel's slow moving averages.  On a terminal, curses draws each frame over the last
 (it sends only what changed, so nothing flickers), follows the terminal's
 size, and gives the shell's screen back as it was on Ctrl-C or `q`.  A
 terminal too small for the frame shows what fits and says how much is cut.
@@ -17,37 +17,34 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Names:
-    """What the file calls things, and what lbctl knows beside the kernel."""
+    """What the file calls things: services by their label in status
+    ("tcp 192.168.100.10:80"), workers by their address."""
 
-    services: dict  # {ServiceKey: name}
-    workers: dict  # {IPv4Address: name}
-    drained: frozenset  # {DestKey}
+    services: dict  # {label: name}
+    workers: dict  # {"192.168.100.3": name}
 
     @classmethod
-    def of(cls, clusters, drained=frozenset()):
+    def of(cls, clusters):
         services, workers = {}, {}
         for cluster in clusters:
-            services.update({svc.key: name for name, svc in cluster.services.items()})
-            workers.update({w.address: name for name, w in cluster.workers.items()})
-        return cls(services, workers, frozenset(drained))
+            services.update({str(svc.key): name for name, svc in cluster.services.items()})
+            workers.update({str(w.address): name for name, w in cluster.workers.items()})
+        return cls(services, workers)
 
 
-def frame(snapshot, previous, seconds, names, keepalived, now):
+def frame(status, previous, seconds, names, now):
     """The lines of one frame.
 
-    `snapshot`/`previous`: IpvsService lists now and one interval ago (None at
-    the first frame: rates then come from the kernel's estimators).
-    `keepalived`: {cluster: KeepalivedStatus} (status.collect.keepalived_states()),
-    for VRRP and health.
+    `status`/`previous`: the node's NodeStatus now and one interval ago (None
+    at the first frame: rates then come from the kernel's estimators).
     """
-    from lbctl.config.model import DestKey
     from lbctl.health import for_how_long
     from lbctl.status.render import role_line
 
     lines = [f"lbctl status --watch  {time.strftime('%H:%M:%S', time.localtime(now))}"
              f"  every {seconds:g}s  (q or Ctrl-C to leave)"]
     health = {}
-    for cluster, info in keepalived.items():
+    for cluster, info in status.keepalived.items():
         vrrp = info.vrrp
         role = (f"VRRP {vrrp.state}, changed "
                 f"{for_how_long(now, vrrp.since).removeprefix('for ')} ago") if vrrp else \
@@ -55,30 +52,28 @@ def frame(snapshot, previous, seconds, names, keepalived, now):
         lines.append(f"cluster {cluster}: {role}")
         health.update({pair: h.state or "?" for pair, h in info.health_by_pair().items()})
     before = {} if previous is None else {
-        (s.key, d.address, d.port): d.stats for s in previous if s.key for d in s.dests}
+        (s.service, d.address): d for s in previous.services for d in s.real_servers}
     lines.append("")
     lines.append(f"{'service / worker':<34}{'health':<8}{'weight':<14}{'active':>8}"
                  f"{'inactive':>10}{'new/s':>9}{'in B/s':>12}")
-    for svc in snapshot:
-        if svc.key is None:
-            continue
-        name = names.services.get(svc.key, "?")
-        lines.append(f"{name} {svc.key}  {svc.scheduler}")
-        for d in svc.dests:
-            worker = names.workers.get(d.address, "?")
-            old = before.get((svc.key, d.address, d.port))
+    for svc in status.services:
+        name = names.services.get(svc.service, "?")
+        lines.append(f"{name} {svc.service}  {svc.scheduler}")
+        for d in svc.real_servers:
+            worker = names.workers.get(d.address.rpartition(":")[0], "?")
+            old = before.get((svc.service, d.address))
             if old is None or seconds <= 0:
-                cps, bps = d.stats.cps, d.stats.inbps
+                cps, bps = d.conns_per_s, d.in_bytes_per_s
             else:
-                cps = max(0, d.stats.conns - old.conns) / seconds
-                bps = max(0, d.stats.inbytes - old.inbytes) / seconds
-            drained = DestKey(svc.key, d.address, d.port) in names.drained
-            weight = f"{d.weight} drained" if drained else str(d.weight)
-            label = f"  {worker} {d.address}:{d.port}"
+                cps = max(0, d.connections - old.connections) / seconds
+                bps = max(0, d.in_bytes - old.in_bytes) / seconds
+            weight = f"{d.weight} drained" if d.drained else str(d.weight)
+            label = f"  {worker} {d.address}"
             lines.append(f"{label:<34}{health.get((name, worker), '-'):<8}{weight:<14}"
                          f"{d.active:>8}{d.inactive:>10}{cps:>9.1f}{_bytes(bps):>12}")
-    if not any(s.key for s in snapshot):
-        lines.append("no IPVS services")
+    if not status.services:
+        lines.append("no IPVS services" if status.ipvs_loaded else
+                     "IPVS: not loaded (the ip_vs kernel module), so no services run here")
     return lines
 
 

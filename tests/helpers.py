@@ -101,7 +101,8 @@ def keepalived_status(**fields):
 def service_status(service="tcp 192.168.100.10:80", real_servers=(), **fields):
     """One IPVS service as status reports it, its real servers given as
     {"address", "weight"} (the rest idle)."""
-    servers = [{"forward": "route", "active": 0, "inactive": 0, "connections": 0, **rs}
+    servers = [{"forward": "route", "active": 0, "inactive": 0, "connections": 0,
+                "drained": False, "in_bytes": 0, "conns_per_s": 0, "in_bytes_per_s": 0, **rs}
                for rs in real_servers]
     return {"service": service, "scheduler": "wrr", "persistence": 0, "connections": 0,
             "conns_per_s": 0, "in_packets": 0, "in_bytes": 0, "in_packets_per_s": 0,

@@ -6,7 +6,8 @@ from ipaddress import IPv4Address
 from helpers import cluster_from
 from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsStats
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.status.model import HealthStatus, KeepalivedStatus, VrrpStatus
+from lbctl.status.collect import service_status
+from lbctl.status.model import HealthStatus, KeepalivedStatus, NodeStatus, VrrpStatus
 from lbctl.watch import Names, fit, frame, watch
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
@@ -16,10 +17,13 @@ KEEPALIVED = {"pi-web": KeepalivedStatus(
     health=(HealthStatus("web", "pi1", "up", 900.0), HealthStatus("web", "pi2", "down", 990.0)))}
 
 
-def table(conns, inbytes, pi2_weight=1):
-    return [IpvsService(WEB, str(WEB), "wrr", 0, (
+def status(conns, inbytes, pi2_weight=1, keepalived=None, drained=frozenset()):
+    """The NodeStatus collect gives for this kernel table (pi1 busy, pi2 idle)."""
+    svc = IpvsService(WEB, str(WEB), "wrr", 0, (
         IpvsDest(PI1, 80, 1, 3, 5, 2, IpvsStats(conns=conns, inbytes=inbytes, cps=99)),
-        IpvsDest(PI2, 80, pi2_weight, 3, 0, 0, IpvsStats())))]
+        IpvsDest(PI2, 80, pi2_weight, 3, 0, 0, IpvsStats())))
+    return NodeStatus(clusters=(), services=(service_status(svc, drained),), vips_on_lo=(),
+                      arp={}, ipvs_loaded=True, keepalived=keepalived or {})
 
 
 def row(lines, worker):
@@ -27,9 +31,10 @@ def row(lines, worker):
 
 
 def test_a_frame_names_workers_with_health_weight_drain_and_rates_over_the_interval():
-    names = Names.of([cluster_from()], {DestKey(WEB, PI2, 80)})
-    lines = frame(table(150, 40000, pi2_weight=0), table(100, 20000), 2.0, names, KEEPALIVED,
-                  now=1090.0)
+    names = Names.of([cluster_from()])
+    now = status(150, 40000, pi2_weight=0, keepalived=KEEPALIVED,
+                 drained={DestKey(WEB, PI2, 80)})
+    lines = frame(now, status(100, 20000), 2.0, names, now=1090.0)
     assert "cluster pi-web: VRRP MASTER, changed 90s ago" in lines
     assert f"web {WEB}  wrr" in lines
     # 50 new connections and 20,000 bytes in 2 s.
@@ -38,8 +43,13 @@ def test_a_frame_names_workers_with_health_weight_drain_and_rates_over_the_inter
 
 
 def test_the_first_frame_takes_the_kernels_rates():
-    lines = frame(table(150, 40000), None, 2.0, Names.of([cluster_from()]), {}, now=0.0)
+    lines = frame(status(150, 40000), None, 2.0, Names.of([cluster_from()]), now=0.0)
     assert row(lines, "pi1")[6] == "99.0"
+
+
+def test_a_frame_without_ip_vs_says_it_is_not_loaded():
+    bare = NodeStatus(clusters=(), services=(), vips_on_lo=(), arp={}, ipvs_loaded=False)
+    assert frame(bare, None, 2.0, Names.of([]), now=0.0)[-1].startswith("IPVS: not loaded")
 
 
 # A real terminal: watch() under a pseudo-terminal of a given size, as curses meets it.

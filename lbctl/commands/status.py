@@ -33,26 +33,21 @@ def run(args, out):
 
 
 def run_watch(args, out):
-    """The live view: names and drains from FILE or the saved copies here."""
+    """The live view: the node's status each interval, named from FILE or the
+    saved copies here."""
     import time
 
     from lbctl.adapters.ipvs import IpvsNetlink
-    from lbctl.status.collect import drains_here, keepalived_states
+    from lbctl.status.collect import collect
     from lbctl.watch import Names, frame, watch
 
-    clusters = _clusters_named(args)
-    ipvs = IpvsNetlink()
+    names = Names.of(_clusters_named(args))
+    ipvs = IpvsNetlink(load_module=False)
 
-    def read():
-        snapshot = ipvs.snapshot()
-        return [] if snapshot is None else snapshot.services
+    def render(status, previous, seconds):
+        return frame(status, previous, seconds, names, time.time())
 
-    def render(snapshot, previous, seconds):
-        drained, _ = drains_here(args.root, clusters)
-        return frame(snapshot, previous, seconds, Names.of(clusters, drained),
-                     keepalived_states(args.root, clusters), time.time())
-
-    return watch(read, render, args.interval, out)
+    return watch(lambda: collect(args.root, ipvs=ipvs), render, args.interval, out)
 
 
 def _clusters_named(args):

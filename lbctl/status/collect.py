@@ -38,7 +38,7 @@ def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_S
                   for name, info in keepalived_states(root, running, bgp=True).items()}
     services, timeouts, sync = (), None, None
     if snapshot is not None:
-        services = tuple(_service_status(svc, drained) for svc in snapshot.services)
+        services = tuple(service_status(svc, drained) for svc in snapshot.services)
         timeouts = snapshot.timeouts or {}
         daemons = tuple(SyncDaemonStatus(d.role, d.interface, d.syncid, d.group, d.port)
                         for d in snapshot.sync_daemons)
@@ -105,7 +105,7 @@ def drains_here(root, clusters=None):
     return keys, tuple(listed)
 
 
-def _service_status(svc, drained=frozenset()):
+def service_status(svc, drained=frozenset()):
     from lbctl.config.model import DestKey
 
     stats = svc.stats
@@ -117,7 +117,8 @@ def _service_status(svc, drained=frozenset()):
         real_servers=tuple(RealServerStatus(
             address=f"{d.address}:{d.port}", forward=FORWARD_NAMES.get(d.forward, str(d.forward)),
             weight=d.weight, drained=DestKey(svc.key, d.address, d.port) in drained,
-            active=d.active, inactive=d.inactive, connections=d.stats.conns)
+            active=d.active, inactive=d.inactive, connections=d.stats.conns,
+            in_bytes=d.stats.inbytes, conns_per_s=d.stats.cps, in_bytes_per_s=d.stats.inbps)
             for d in svc.dests))
 
 

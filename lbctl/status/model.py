@@ -36,6 +36,10 @@ class RealServerStatus:
     inactive: int
     connections: int
     drained: bool = False
+    # Incoming bytes, and the kernel's rate estimates (status --watch's first frame).
+    in_bytes: int = 0
+    conns_per_s: int = 0
+    in_bytes_per_s: int = 0
 
 
 @dataclass(frozen=True)
