@@ -139,15 +139,15 @@ def _saved_copy(state, cluster, boot):
 
 
 def _scrapers(cluster, own, listen):
-    """Who may reach the exporter (systemd's IPAddressAllow=): this host when
-    it listens on 127.0.0.1, the LAN too on the balancer's own address, and
-    anyone on an address the file calls public (None: no list)."""
+    """Who may reach the exporter (systemd's IPAddressAllow=): anyone when the
+    file says `public: true` (None: no list), this host when it listens on
+    127.0.0.1, else this host and the file's network."""
     from lbctl.config.model import split_listen
 
+    if cluster.exporter_public:
+        return None
     address, _port = split_listen(listen)
-    if address.is_loopback:
-        return ["localhost"]
-    return ["localhost", str(cluster.network)] if address == own else None
+    return ["localhost"] if address.is_loopback else ["localhost", str(cluster.network)]
 
 
 def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, force=False,

@@ -30,12 +30,15 @@ class ApplyReport:
 
 def execute(plan, adapters):
     report = ApplyReport()
+    # Every daemon the plan starts or reloads is prepared and its config
+    # tested first, also when a stop comes before them: a config refused after
+    # BIRD stopped would leave the balancer withdrawn and nothing else done.
+    _test_daemon_config(plan, adapters)
     stop = [c for c in plan.changes if c.kind in DAEMON_KINDS and c.action == REMOVE]
     if stop:
         _run_daemon(adapters, stop, report, plan.cluster)
         report.replan = True
         return report
-    _test_daemon_config(plan, adapters)
     try:
         _make_changes(plan, adapters, report)
     finally:

@@ -162,8 +162,10 @@ def test_leaving_mode_ecmp_stops_bird_before_keepalived_reads_its_new_files():
     assert changes(plan) == [("bird", "stop"), ("keepalived", "reload")], format_plan(plan)
     assert changes(plan)[0] == (str(plan.changes[0].kind), plan.changes[0].key)
     node.apply(PAIR)
-    assert node.daemon_calls() == [("bird", "stop"), ("keepalived", "test"),
-                                   ("keepalived", "reload")]
+    # keepalived's new config is tested before BIRD stops, and again as the
+    # rest of the plan is made.
+    assert node.daemon_calls() == [("keepalived", "test"), ("bird", "stop"),
+                                   ("keepalived", "test"), ("keepalived", "reload")]
     assert not node.daemons["bird"].is_running
     assert node.adapters.files.read(LAYOUT.bird_conf) is None
     assert node.adapters.files.read(LAYOUT.loaded("bird")) is None
@@ -207,3 +209,19 @@ def test_the_exporter_starts_after_the_others_restarts_with_its_unit_and_stops_f
     assert not node.daemons["exporter"].is_running
     assert not [path for path in node.adapters.files.files if "exporter" in path]
     assert node.plan(ECMP).empty
+
+
+def test_a_config_refused_after_a_stop_is_refused_before_the_stop():
+    """Leaving mode ecmp stops BIRD first; were keepalived's new config tested
+    only after that, a refusal would leave the balancer withdrawn."""
+    node = Balancer()
+    node.apply(ECMP)
+    node.daemons["keepalived"].rejects = ["(keepalived.conf: Line 3) unknown keyword"]
+    try:
+        node.apply(PAIR)
+    except Exception as exc:  # noqa: BLE001 - the message is what the user sees
+        assert "keepalived rejects it; nothing on this node was changed" in str(exc)
+    else:
+        raise AssertionError("apply took a config keepalived rejects")
+    assert node.daemons["bird"].is_running
+    assert ("bird", "stop") not in node.calls

@@ -466,6 +466,7 @@ def test_the_bird_adapter_runs_bird_as_its_own_user_and_reloads_and_stops_it():
         daemon.start()
         try:
             assert daemon.running()
+            daemon._wait_answering(timeout=5)  # what a start under systemd waits for
             pid = daemon.process.pid()
             with open(f"/proc/{pid}/status") as fh:
                 uid = next(line.split()[1] for line in fh if line.startswith("Uid:"))

@@ -764,6 +764,10 @@ def test_an_exporter_on_every_address_or_a_vip_must_say_it_is_public():
     assert cluster_from(everywhere).exporter == "0.0.0.0:9588"
     public = units_of(everywhere, "lb1")["/etc/systemd/system/lbctl-pi-web-exporter.service"]
     assert "IPAddressAllow" not in public and "IPAddressDeny" not in public
+    # public on the node's own address: a Prometheus beyond the LAN may scrape it.
+    beyond = units_of(PAIR + "exporter: {listen: 'node:9588', public: true}\n", "lb1")[
+        "/etc/systemd/system/lbctl-pi-web-exporter.service"]
+    assert "IPAddressAllow" not in beyond and "--listen 192.168.100.2:9588" in beyond
     local = units_of(PAIR + "exporter:\n", "lb1")[
         "/etc/systemd/system/lbctl-pi-web-exporter.service"]
     assert "IPAddressDeny=any\nIPAddressAllow=localhost\n" in local

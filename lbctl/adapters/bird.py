@@ -75,9 +75,24 @@ class BirdDaemon:
         self.prepare()
         if self.systemd.runs:
             self.systemd.start(self.layout.bird_unit, "BIRD")  # its unit makes the pid file
+            # Type=simple: systemctl returns once BIRD is forked, and keepalived's
+            # reload, next in the plan, has BIRD read the offers over its socket.
+            self._wait_answering()
         elif self.process.pid() is None:
             self._pid_file_for_bird()
             self.process.spawn(bird_argv(self.layout, self.binary))
+
+    def _wait_answering(self, timeout=15):
+        socket = self.layout.real(self.layout.bird_socket)
+        deadline = time.monotonic() + timeout
+        while True:
+            said = run([self.client, "-s", socket, "show", "status"])
+            if said.returncode == 0 and "Daemon is up and running" in said.stdout:
+                return
+            if time.monotonic() >= deadline:
+                raise ApplyError("start", "BIRD", f"its control socket {socket} did not answer "
+                                 f"within {timeout}s: {(said.stdout + said.stderr).strip()}")
+            time.sleep(0.2)
 
     def reload(self):
         """BIRD reads its config again; a changed BGP setting restarts the session."""

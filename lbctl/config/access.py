@@ -43,7 +43,8 @@ def check_ssh(c, value, balancers, workers):
 
 
 def check_exporter(c, value, balancers, vips=()):
-    """`exporter: {listen: ADDRESS:PORT}`: each balancer runs `lbctl exporter` there;
+    """(listen, public) from `exporter: {listen: ADDRESS:PORT, public: BOOL}`: each
+    balancer runs `lbctl exporter` there;
     ADDRESS `node` is each balancer's own address from the file.  Every
     address (0.0.0.0) or a VIP takes `public: true`: metrics nobody
     authenticates, served to whoever reaches the VIP (in mode ecmp the
@@ -52,7 +53,7 @@ def check_exporter(c, value, balancers, vips=()):
     if value is None:
         value = {}  # `exporter:` alone: the defaults
     if c.mapping(value, p, {"listen", "public"}) is None:
-        return None
+        return None, False
     public = c.boolean(value.get("public", False), p + ("public",))
     listen = value.get("listen", DEFAULT_EXPORTER_LISTEN)
     text = listen if isinstance(listen, str) else ""
@@ -63,17 +64,17 @@ def check_exporter(c, value, balancers, vips=()):
         c.error(p + ("listen",), f"exporter.listen: {listen!r} is not ADDRESS:PORT (an IPv4 "
                 "address to bind, 127.0.0.1 for this host only or `node` for each balancer's "
                 "own, and a port from 1 to 65535)")
-        return None
+        return None, False
     wide = "every address of the balancer" if address == IPv4Address("0.0.0.0") else \
         "a VIP" if address in set(vips) else None
     if wide and not public:
         c.error(p + ("listen",), f"exporter.listen: {listen!r} serves the metrics on {wide}, "
                 "to anyone who reaches it (in mode ecmp the router delivers the VIPs from "
                 "anywhere): use node:PORT for the LAN, or add `public: true` to say so")
-        return None
+        return None, False
     shared = {IPv4Address("127.0.0.1"), IPv4Address("0.0.0.0")}
     if len(balancers) > 1 and not text.startswith("node:") and address not in shared:
         c.error(p + ("listen",), f"exporter.listen: {listen!r} names one address, and each "
                 "balancer of the pair binds its own: use node:PORT")
-        return None
-    return text
+        return None, False
+    return text, bool(public)

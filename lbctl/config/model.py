@@ -223,6 +223,9 @@ class Cluster:
     # Where each balancer's `lbctl exporter` listens ("127.0.0.1:9588"), run
     # by a unit apply installs; None: no exporter unit.
     exporter: str | None = None
+    # `public: true`: anyone may scrape it; otherwise only this host and the
+    # file's network (the unit's IPAddressAllow=).
+    exporter_public: bool = False
     bgp: Bgp | None = None  # set in mode ecmp, and only there
 
     @property

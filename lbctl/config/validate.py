@@ -48,11 +48,12 @@ def validate(doc):
     vrrp = None if ecmp else check_vrrp(c, top, cluster_name, balancers, services)
     timeouts = check_ipvs_timeouts(c, top["ipvs"]) if "ipvs" in top else {}
     ssh = check_ssh(c, top["ssh"], balancers, workers) if "ssh" in top else Ssh()
-    exporter = check_exporter(c, top["exporter"], balancers,
-                              [svc.vip for svc in services.values()]) \
-        if "exporter" in top else None
+    exporter, exporter_public = check_exporter(
+        c, top["exporter"], balancers, [svc.vip for svc in services.values()]) \
+        if "exporter" in top else (None, False)
     if c.errors:
         raise ConfigError(c.errors)
     return Cluster(name=cluster_name, network=network, balancers=balancers,
                    workers=workers, services=services, source=doc.path, text=doc.text,
-                   vrrp=vrrp, ipvs_timeouts=timeouts, ssh=ssh, exporter=exporter, bgp=bgp)
+                   vrrp=vrrp, ipvs_timeouts=timeouts, ssh=ssh, bgp=bgp,
+                   exporter=exporter, exporter_public=exporter_public)
