@@ -279,7 +279,7 @@ def _seconds_or_unset(value):
     return "unknown" if value is None else f"{value}s"
 
 
-STOP_NOTES = {Kind.KEEPALIVED: " (its VIPs and services go with it; lbctl then takes over)",
+STOP_NOTES = {Kind.KEEPALIVED: " (its VIPs and services go with it)",
               Kind.BIRD: " (the router withdraws this balancer's routes)",
               Kind.EXPORTER: " (and with it this balancer's metrics)"}
 

@@ -235,6 +235,18 @@ def test_the_server_answers_one_scrape_at_a_time_and_a_burst_shares_one_collecti
     serving.start()
     try:
         silent = socket.create_connection(("127.0.0.1", port))  # says nothing
+        trickle = socket.create_connection(("127.0.0.1", port))  # a byte now and then
+        trickling = threading.Event()
+
+        def trickle_on():  # a header that never ends, a byte each 0.2 s
+            for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 1000:
+                if trickling.wait(0.2):
+                    return
+                try:
+                    trickle.send(bytes([byte]))
+                except OSError:
+                    return
+        threading.Thread(target=trickle_on, daemon=True).start()
         answers = []
 
         def scrape():
@@ -249,7 +261,9 @@ def test_the_server_answers_one_scrape_at_a_time_and_a_burst_shares_one_collecti
         assert all("lbctl_test 1.0" in text for _, text in answers)
         assert Counting.collections == 1
         assert threading.active_count() < 10  # no thread per request
+        trickling.set()
         silent.close()
+        trickle.close()
     finally:
         server.shutdown()
         server.server_close()

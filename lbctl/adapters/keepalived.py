@@ -23,6 +23,8 @@ from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
 from lbctl.trust import ancestors
 
 MIN_VERSION = (2, 2, 2)
+# lbctl-announce waits up to 30 s for its folder and 22 s for birdc.
+ANNOUNCE_SECONDS = 60
 
 
 class KeepalivedDaemon:
@@ -86,7 +88,7 @@ class KeepalivedDaemon:
             if self.announce:
                 # Nor may BIRD offer a VIP before this keepalived's checks pass.
                 ensure_dir(self.layout.root, self.layout.announce_dir)
-                run(self.layout.announce_argv("reset"))
+                run(self.layout.announce_argv("reset"), timeout=ANNOUNCE_SECONDS)
         self._load_takeover_rules(self.takeover)
         if self.systemd.runs:
             self.systemd.start(self.layout.unit, "keepalived")
@@ -115,7 +117,7 @@ class KeepalivedDaemon:
         if self.announce and os.path.exists(self.layout.real(self.layout.announce)):
             # However keepalived ended, BIRD offers nothing its checks no
             # longer vouch for (as the unit's ExecStopPost does).
-            run(self.layout.announce_argv("reset"))
+            run(self.layout.announce_argv("reset"), timeout=ANNOUNCE_SECONDS)
 
     # -- helpers -------------------------------------------------------------
     def _load_takeover_rules(self, wanted):
@@ -222,7 +224,7 @@ def sync_offers(layout):
     """Mode ecmp: the VIPs on offer follow the announce map, the drain record
     and keepalived's records, and BIRD reads its config again (the announce
     hook's sync).  None when BIRD took it; else what went wrong."""
-    done = run(layout.announce_argv("sync"))
+    done = run(layout.announce_argv("sync"), timeout=ANNOUNCE_SECONDS)
     return None if done.returncode == 0 else (done.stderr or done.stdout).strip()
 
 

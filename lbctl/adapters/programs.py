@@ -40,11 +40,16 @@ def run(argv, timeout=QUICK, input=None):
                           start_new_session=True) as proc:
         try:
             stdout, stderr = proc.communicate(input, timeout=timeout)
-        except subprocess.TimeoutExpired:
+        except BaseException as exc:
+            # Past its bound, or lbctl itself interrupted (Ctrl-C, a hang-up,
+            # which no longer reach a group of its own): the group goes too.
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             proc.wait()  # (not its output: something that left the group may hold the pipe)
-            raise ApplyError("run", " ".join(argv[:3]), f"no answer after {timeout} s") from None
+            if isinstance(exc, subprocess.TimeoutExpired):
+                raise ApplyError("run", " ".join(argv[:3]),
+                                 f"no answer after {timeout} s") from None
+            raise
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)

@@ -69,12 +69,31 @@ def serve(address, port, registry):
     """An HTTP server for /metrics that answers one request at a time: a
     scrape flood queues in the kernel's backlog instead of starting a thread
     (and a collection) per request, and an idle client is dropped."""
+    import socket
+    import threading
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
     from prometheus_client import make_wsgi_app
 
     class Handler(WSGIRequestHandler):
-        timeout = CLIENT_SECONDS
+        timeout = CLIENT_SECONDS  # for each read: a client that sends nothing
+
+        def setup(self):
+            super().setup()
+            # And for the whole request: one that sends a byte now and then
+            # would otherwise hold the only thread for good.
+            self._deadline = threading.Timer(CLIENT_SECONDS, self._cut)
+            self._deadline.start()
+
+        def _cut(self):
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+        def finish(self):
+            self._deadline.cancel()
+            super().finish()
 
         def log_message(self, *args):
             pass  # Prometheus scrapes every few seconds: no line each time

@@ -119,7 +119,7 @@ def parse_status(text):
 
     try:
         return NodeStatus.from_json(json.loads(text))
-    except ValueError:  # not JSON, or not a node's status (StatusShapeError)
+    except (ValueError, RecursionError):  # not JSON, or not a node's status (StatusShapeError)
         return None
 
 

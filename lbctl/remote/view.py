@@ -33,7 +33,7 @@ def node_report(outcome, role=None):
     except StatusShapeError as exc:
         return {"reachable": True, "error": "lbctl status answered JSON that is not a node's "
                                             f"status ({shown(str(exc)[:ERROR_CHARS])})"}
-    except ValueError:
+    except (ValueError, RecursionError):
         return {"reachable": True, "error": "lbctl status printed something other than JSON"}
     return {"reachable": True, "error": None, "status": status}
 
