@@ -210,3 +210,33 @@ def test_a_negative_time_is_a_usage_error(capsys, argv):
         main(argv)
     assert done.value.code == 64
     assert "cannot be negative" in capsys.readouterr().err
+
+
+def test_under_sudo_the_file_is_read_with_the_rights_of_who_ran_sudo(monkeypatch, capsys):
+    """`sudo lbctl validate /etc/shadow` must not print root's secrets in its
+    errors: the file is opened as SUDO_UID would open it."""
+    import os
+    import shutil
+    import tempfile
+
+    assert os.geteuid() == 0, "dev.sh runs the unit tests as root"
+    folder = tempfile.mkdtemp(prefix="lbctl-sudo-", dir="/run")
+    os.chmod(folder, 0o755)
+    try:
+        secret = os.path.join(folder, "shadow")
+        with open(secret, "w") as fh:
+            fh.write("root:$6$secret:19000:0:99999:7:::\n")
+        os.chmod(secret, 0o600)
+        shared = os.path.join(folder, "cluster.yaml")
+        shutil.copy(EXAMPLE, shared)
+        os.chmod(shared, 0o644)
+        monkeypatch.setenv("SUDO_UID", "65534")  # nobody
+        monkeypatch.setenv("SUDO_USER", "nobody")
+        assert main(["validate", secret]) == 1
+        err = capsys.readouterr().err
+        assert "$6$secret" not in err and "root:" not in err, err
+        assert "Permission denied (read as nobody, who ran sudo" in err, err
+        assert os.geteuid() == 0 and os.getegid() == 0  # root again after the read
+        assert main(["validate", shared]) == 0  # a file they may read is read as usual
+    finally:
+        shutil.rmtree(folder)

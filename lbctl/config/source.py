@@ -50,9 +50,10 @@ def read_text(path):
     name = str(path)
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        fd = _open_as_invoker(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        raise _file_error(name, f"cannot read file: {exc.strerror or exc}") from None
+        raise _file_error(name, f"cannot read file: {exc.strerror or exc}{reader_of(exc)}") \
+            from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -68,6 +69,41 @@ def read_text(path):
     if len(data) > MAX_BYTES:  # it grew while we read it
         raise _too_big(name)
     return _decode(data, name)
+
+
+def _open_as_invoker(path, flags):
+    """The file opened; under sudo (root, SUDO_UID set) opened with the
+    permissions of the user who ran sudo: a sudo rule for lbctl must not let
+    them read root's files through its error messages (`sudo lbctl validate
+    /etc/shadow` would print its lines)."""
+    uid = os.environ.get("SUDO_UID", "")
+    if os.geteuid() != 0 or not uid.isdigit() or uid == "0":
+        return os.open(path, flags)
+    import pwd
+
+    try:
+        user = pwd.getpwuid(int(uid))
+    except KeyError:
+        raise PermissionError(1, f"sudo's user {uid} is not in the password database") from None
+    saved = os.getgroups()
+    os.setgroups(os.getgrouplist(user.pw_name, user.pw_gid))
+    os.setegid(user.pw_gid)
+    os.seteuid(user.pw_uid)
+    try:
+        return os.open(path, flags)
+    except OSError as exc:
+        exc.reader = user.pw_name
+        raise
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(saved)
+
+
+def reader_of(exc):
+    reader = getattr(exc, "reader", None)
+    return f" (read as {reader}, who ran sudo: lbctl reads the file with their rights)" \
+        if reader else ""
 
 
 def _decode(data, name):
