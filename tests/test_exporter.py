@@ -212,6 +212,7 @@ def test_the_server_answers_one_scrape_at_a_time_and_a_burst_shares_one_collecti
     per request; a client that sends nothing is dropped."""
     import socket
     import threading
+    import time
     import urllib.request
 
     from prometheus_client.core import GaugeMetricFamily
@@ -224,11 +225,12 @@ def test_the_server_answers_one_scrape_at_a_time_and_a_burst_shares_one_collecti
 
         def collect(self):
             Counting.collections += 1
+            time.sleep(0.5)  # a collection that takes a while, as on a Pi
             yield GaugeMetricFamily("lbctl_test", "a test gauge", value=1)
 
     monkeypatch.setattr(exporter, "CLIENT_SECONDS", 0.5)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(exporter.Reused(Counting(), seconds=60))
+    registry.register(exporter.Reused(Counting()))
     server = exporter.serve("127.0.0.1", 0, registry)
     port = server.server_address[1]
     serving = threading.Thread(target=server.serve_forever, daemon=True)
@@ -269,7 +271,7 @@ def test_the_server_answers_one_scrape_at_a_time_and_a_burst_shares_one_collecti
         server.server_close()
 
 
-def test_reused_collects_again_once_its_time_is_up():
+def test_reused_shares_a_collection_only_for_as_long_as_it_took():
     from lbctl.commands.exporter import Reused
 
     now = [100.0]
@@ -280,10 +282,12 @@ def test_reused_collects_again_once_its_time_is_up():
 
         def collect(self):
             self.n += 1
+            now[0] += 1.0  # each collection takes a second
             return [self.n]
 
-    inner = Counting()
-    reused = Reused(inner, seconds=2, clock=lambda: now[0])
-    assert list(reused.collect()) == [1] and list(reused.collect()) == [1]
-    now[0] += 2
-    assert list(reused.collect()) == [2]
+    reused = Reused(Counting(), clock=lambda: now[0])
+    assert list(reused.collect()) == [1]
+    now[0] += 0.5
+    assert list(reused.collect()) == [1]  # within the second it took: shared
+    now[0] += 1.0
+    assert list(reused.collect()) == [2]  # a scrape seconds later: a new one
