@@ -483,3 +483,19 @@ def test_the_bird_adapter_runs_bird_as_its_own_user_and_reloads_and_stops_it():
         assert not os.path.exists(layout.real(layout.announce_dir))
     finally:
         shutil.rmtree(root)
+
+
+def test_the_hook_writes_routes_bird_can_read_as_its_own_user(bird):
+    """keepalived runs its hooks with a umask of its own; BIRD, no longer
+    root, must still read the routes the hook writes."""
+    import stat
+
+    hook, _offered, folder, _socket = bird
+    old = os.umask(0o077)  # as keepalived leaves it
+    try:
+        hook("event", "dns", "up")
+    finally:
+        os.umask(old)
+    routes = list(folder.glob("*.conf"))
+    assert routes, list(folder.iterdir())
+    assert all(stat.S_IMODE(r.stat().st_mode) & 0o004 for r in routes)  # others may read
