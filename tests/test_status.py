@@ -1,5 +1,6 @@
 """How status reads on a balancer and on a worker."""
 
+import errno
 from dataclasses import replace
 
 import pytest
@@ -145,6 +146,25 @@ def test_arp_settings_show_what_the_kernel_acts_on_the_larger_of_all_and_the_int
                                   "wlan0": {"arp_ignore": "8", "arp_announce": "2"}}
 
 
+@pytest.fixture
+def no_ip_vs(monkeypatch):
+    """A kernel where ip_vs is not loaded: no IPVS netlink family.  The
+    list of `modprobe` (and any other program) the adapter runs."""
+    from lbctl.adapters import ipvs, ipvs_wire
+
+    class NoIpvsFamily:
+        def family(self, name):
+            raise FileNotFoundError(errno.ENOENT, f"generic netlink family {name}")
+
+        def close(self):
+            pass
+
+    loaded = []
+    monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
+    monkeypatch.setattr(ipvs, "run", lambda argv, **k: loaded.append(argv))
+    return loaded
+
+
 class FakeIpvs:
     def __init__(self, snapshot):
         self.result = snapshot
@@ -168,19 +188,9 @@ def test_without_ip_vs_loaded_status_says_so_and_names_the_cluster_and_node(tmp_
 
 
 def test_the_ipvs_adapter_reports_a_missing_ipvs_family_as_not_loaded_and_loads_nothing(
-        monkeypatch):
-    import errno
+        monkeypatch, no_ip_vs):
+    from lbctl.adapters import ipvs
 
-    from lbctl.adapters import ipvs, ipvs_wire
-
-    class NoIpvsFamily:
-        def family(self, name):
-            raise OSError(errno.ENOENT, f"generic netlink family {name}")
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
     monkeypatch.setattr(ipvs, "run", lambda *a, **k: pytest.fail("loaded ip_vs"))
     assert ipvs.IpvsNetlink().snapshot() is None
 
@@ -247,24 +257,13 @@ def test_a_master_or_a_node_without_a_backup_daemon_does_not_warn():
 
 
 def test_a_read_only_ipvs_adapter_finds_nothing_where_ip_vs_is_not_loaded_and_loads_nothing(
-        monkeypatch):
+        no_ip_vs):
     """plan (and status's drift, and the exporter) only read: where ip_vs is
     not loaded the kernel holds no IPVS state, and `modprobe ip_vs` would
     change the node.  apply and drain still load it."""
-    import errno
+    from lbctl.adapters import ipvs
 
-    from lbctl.adapters import ipvs, ipvs_wire
-
-    class NoIpvsFamily:
-        def family(self, name):
-            raise FileNotFoundError(errno.ENOENT, f"generic netlink family {name}")
-
-        def close(self):
-            pass
-
-    loaded = []
-    monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
-    monkeypatch.setattr(ipvs, "run", lambda argv, **k: loaded.append(argv))
+    loaded = no_ip_vs
     reader = ipvs.IpvsNetlink(load_module=False)
     assert (reader.dump(), reader.timeouts(), reader.sync_daemons()) == ([], {}, [])
     assert loaded == []
@@ -276,23 +275,13 @@ def test_a_read_only_ipvs_adapter_finds_nothing_where_ip_vs_is_not_loaded_and_lo
 
 
 def test_plan_on_a_balancer_without_ip_vs_loaded_shows_everything_to_add_and_loads_nothing(
-        monkeypatch, tmp_path, capsys):
-    import errno
+        monkeypatch, tmp_path, capsys, no_ip_vs):
     from ipaddress import IPv4Address
 
-    from lbctl.adapters import addrs, ipvs, ipvs_wire
+    from lbctl.adapters import addrs
     from lbctl.cli import main
 
-    class NoIpvsFamily:
-        def family(self, name):
-            raise FileNotFoundError(errno.ENOENT, f"generic netlink family {name}")
-
-        def close(self):
-            pass
-
-    loaded = []
-    monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
-    monkeypatch.setattr(ipvs, "run", lambda argv, **k: loaded.append(argv))
+    loaded = no_ip_vs
     monkeypatch.setattr(addrs.AddressIp, "list",
                         lambda self: [(IPv4Address("192.168.100.2"), 24, "eth0")])
     assert main(["plan", "examples/pi-single.yaml", "--root", str(tmp_path),
