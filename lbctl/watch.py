@@ -2,8 +2,8 @@
 
 Each frame is computed from the node's status (status/collect.py) and the one
 before it, so the rates are what happened during the last interval rather
-than the kernel's slow moving averages.  On a terminal, curses draws each frame over the last
-(it sends only what changed, so nothing flickers), follows the terminal's
+than the kernel's slow moving averages.  On a terminal, curses draws each
+frame over the last (it sends only what changed, so nothing flickers), follows the terminal's
 size, and gives the shell's screen back as it was on Ctrl-C or `q`.  A
 terminal too small for the frame shows what fits and says how much is cut.
 Elsewhere (a pipe, a log) each frame is printed plainly.
@@ -12,24 +12,6 @@ Elsewhere (a pipe, a log) each frame is printed plainly.
 import os
 import sys
 import time
-from dataclasses import dataclass
-
-
-@dataclass(frozen=True)
-class Names:
-    """What the file calls things: services by their label in status
-    ("tcp 192.168.100.10:80"), workers by their address."""
-
-    services: dict  # {label: name}
-    workers: dict  # {"192.168.100.3": name}
-
-    @classmethod
-    def of(cls, clusters):
-        services, workers = {}, {}
-        for cluster in clusters:
-            services.update({str(svc.key): name for name, svc in cluster.services.items()})
-            workers.update({str(w.address): name for name, w in cluster.workers.items()})
-        return cls(services, workers)
 
 
 def frame(status, previous, seconds, names, now):

@@ -8,7 +8,8 @@ from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsStats
 from lbctl.config.model import DestKey, ServiceKey
 from lbctl.status.collect import service_status
 from lbctl.status.model import HealthStatus, KeepalivedStatus, NodeStatus, VrrpStatus
-from lbctl.watch import Names, fit, frame, watch
+from lbctl.status.render import Names
+from lbctl.watch import fit, frame, watch
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
 PI1, PI2 = IPv4Address("192.168.100.3"), IPv4Address("192.168.100.4")

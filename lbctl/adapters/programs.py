@@ -6,6 +6,8 @@ on both.  A program that does not answer in time is an error naming it,
 rather than an apply that hangs a boot unit or an ssh session for ever.
 """
 
+import os
+import signal
 import subprocess
 
 from lbctl.errors import ApplyError
@@ -32,9 +34,6 @@ def run(argv, timeout=QUICK, input=None):
     The program runs in a process group of its own, and a timeout kills the
     whole group: a hook's own children (birdc under lbctl-announce) would
     otherwise run on, holding what the hook had locked."""
-    import os
-    import signal
-
     with subprocess.Popen(argv, stdin=subprocess.PIPE if input is not None else None,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           start_new_session=True) as proc:

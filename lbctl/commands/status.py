@@ -39,7 +39,8 @@ def run_watch(args, out):
 
     from lbctl.adapters.ipvs import IpvsNetlink
     from lbctl.status.collect import collect
-    from lbctl.watch import Names, frame, watch
+    from lbctl.status.render import Names
+    from lbctl.watch import frame, watch
 
     names = Names.of(_clusters_named(args))
     ipvs = IpvsNetlink(load_module=False)

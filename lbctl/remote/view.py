@@ -47,12 +47,6 @@ def cluster_report(cluster, selected, outcomes):
     return {"cluster": cluster.name, "nodes": nodes}
 
 
-def _names(cluster):
-    services = {str(s.key): name for name, s in cluster.services.items()}
-    workers = {str(w.address): name for name, w in cluster.workers.items()}
-    return services, workers
-
-
 def report_json(report):
     """cluster_report() as `status --all --json` prints it: each node's status
     as its `status --json`, its drift beside it."""
@@ -69,7 +63,10 @@ def report_json(report):
 
 def format_cluster(cluster, report, now=None):
     now = time.time() if now is None else now
-    services, workers = _names(cluster)
+    from lbctl.status.render import Names
+
+    names = Names.of([cluster])
+    services, workers = names.services, names.workers
     nodes = report["nodes"]
     body, down = [], [n for n, e in nodes.items() if e["error"]]
     for name, entry in nodes.items():

@@ -1,9 +1,28 @@
 """`lbctl status` as text: a NodeStatus, shown."""
 
 import time
+from dataclasses import dataclass
 
 NO_OUTGOING = ("(direct routing: replies go from the workers straight to the clients, "
                "so the balancer counts no outgoing packets or bytes)")
+
+
+@dataclass(frozen=True)
+class Names:
+    """What the file calls what a NodeStatus shows (status --watch, status
+    --all): services by their label ("tcp 192.168.100.10:80"), workers by
+    their address."""
+
+    services: dict  # {label: name}
+    workers: dict  # {"192.168.100.3": name}
+
+    @classmethod
+    def of(cls, clusters):
+        services, workers = {}, {}
+        for cluster in clusters:
+            services.update({str(svc.key): name for name, svc in cluster.services.items()})
+            workers.update({str(w.address): name for name, w in cluster.workers.items()})
+        return cls(services, workers)
 
 
 def format_status(status, now=None):
