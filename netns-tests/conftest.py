@@ -33,6 +33,9 @@ def pytest_sessionstart(session):
         raise pytest.UsageError("netns-tests need root to create network namespaces")
 
 
+# Under pytest-xdist the controller reports; a worker's stderr reaches the
+# same terminal, so workers print nothing of their own.
+ON_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
 MEASUREMENTS = []  # what the tests measured, printed at the end of every run
 # Steady loads and captures started by tests; one a failed test left running is stopped.
 LOADS = []
@@ -64,7 +67,7 @@ def pytest_runtest_logstart(nodeid, location):
     everything the suite writes lives in RAM, and a VM short of it crawls
     without failing.  (Printed here, before setup, whose output is captured.)"""
     module = nodeid.split("::")[0]
-    if module in _MODULES_STARTED:
+    if module in _MODULES_STARTED or ON_WORKER:
         return
     _MODULES_STARTED.add(module)
     try:
@@ -78,6 +81,36 @@ def pytest_runtest_logstart(nodeid, location):
     sys.stderr.flush()
 
 
+# The slowest modules, slowest first ("seconds per module" at the end of a
+# run).  The suite runs on two pytest-xdist workers, each taking the next
+# module when it is almost done with one: started first, the long modules
+# do not leave one worker running alone at the end.
+SLOWEST_FIRST = ["test_fleet_matrix.py", "test_cluster_ssh.py", "test_bench.py",
+                 "test_keepalived.py", "test_systemd_boot.py", "test_operations.py",
+                 "test_ecmp.py", "test_doctor.py", "test_convergence.py"]
+
+
+def pytest_collection_modifyitems(items):
+    """Modules in SLOWEST_FIRST order, then the rest by name; tests keep their
+    order inside a module (several modules build on the test before)."""
+    def rank(item):
+        name = item.path.name
+        return SLOWEST_FIRST.index(name) if name in SLOWEST_FIRST else len(SLOWEST_FIRST)
+    items.sort(key=rank)  # stable: the rest keep collection order
+
+
+def pytest_sessionfinish(session):
+    """On an xdist worker: hand what the tests measured to the controller."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["measurements"] = list(MEASUREMENTS)
+
+
+def pytest_testnodedown(node, error):
+    """On the xdist controller: a worker's measurements, printed with the rest."""
+    MEASUREMENTS.extend(getattr(node, "workeroutput", {}).get("measurements", ()))
+
+
 MODULE_SECONDS = {}  # module: seconds in its tests' setup, call and teardown
 
 
@@ -86,7 +119,7 @@ def pytest_runtest_logreport(report):
     stopped by CI's time limit never reaches that summary."""
     module = report.nodeid.split("::")[0]
     MODULE_SECONDS[module] = MODULE_SECONDS.get(module, 0.0) + report.duration
-    if report.failed:
+    if report.failed and not ON_WORKER:
         tail = "\n".join(report.longreprtext.splitlines()[-60:])
         sys.stderr.write(f"\n--- {report.nodeid} ({report.when}) failed:\n{tail}\n---\n")
         sys.stderr.flush()
@@ -196,7 +229,9 @@ class ClusterLab(Lab):
 def lab(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("clusters")
     topology = write_cluster(workdir / "topology.yaml", TOPOLOGY)
-    the_lab = ClusterLab(topology, workdir)
+    # Under pytest-xdist each worker has a session lab of its own.
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    the_lab = ClusterLab(topology, workdir, prefix=f"lab{worker}")
     the_lab.build()
     try:
         yield the_lab
