@@ -31,6 +31,18 @@ def pytest_sessionstart(session):
             "`python -m lbctl.lab.vm -- python -m pytest netns-tests`")
     if os.geteuid() != 0:
         raise pytest.UsageError("netns-tests need root to create network namespaces")
+    CPU_AT_START.extend(_cpu_ticks())
+
+
+CPU_AT_START = []  # (busy, total) jiffies of every CPU when the run began
+
+
+def _cpu_ticks():
+    """(busy, total) jiffies summed over every CPU, from /proc/stat."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return [sum(fields) - idle, sum(fields)]
 
 
 # Under pytest-xdist the controller reports; a worker's stderr reaches the
@@ -133,6 +145,11 @@ def pytest_terminal_summary(terminalreporter):
         for module, seconds in sorted(MODULE_SECONDS.items(), key=lambda kv: -kv[1]):
             terminalreporter.write_line(f"{seconds:7.1f}  {module}")
         terminalreporter.write_line(f"{sum(MODULE_SECONDS.values()):7.1f}  in all")
+    if CPU_AT_START and not ON_WORKER:
+        # How much of the CPUs the run used: the room left for more workers.
+        busy, total = (now - then for now, then in zip(_cpu_ticks(), CPU_AT_START))
+        terminalreporter.write_line(f"CPUs busy {100 * busy / max(total, 1):.0f}% of the run "
+                                    f"({os.cpu_count()} CPUs)")
     if MEASUREMENTS:
         terminalreporter.section("measured in the lab")
         for line in MEASUREMENTS:
