@@ -67,6 +67,12 @@ def build_parser():
             p.add_argument("--keep-leaving", action="store_true",
                            help="add and change only, and leave removals for a later apply "
                            "(what --all does on workers before the balancers)")
+            p.add_argument("--yes", action="store_true",
+                           help="with --all: change the nodes without asking (on a terminal, "
+                           "apply --all shows each node's plan and asks first; without one "
+                           "it needs --yes)")
+            p.add_argument("--dry-run", action="store_true",
+                           help="change nothing: the same as `lbctl plan`")
         p.add_argument("--root", 
                        help="prefix for the files lbctl writes (default $LBCTL_ROOT or /)")
         if name == "plan":
@@ -160,6 +166,9 @@ def build_parser():
                    "started are stopped and the rollout stops there (default 1800)")
     p.add_argument("--ssh-config", metavar="FILE",
                    help="an ssh_config(5) file for ssh -F (default: ~/.ssh/config)")
+    p.add_argument("--yes", action="store_true",
+                   help="start without asking (on a terminal, rollout shows its batches and "
+                   "asks first; without one it needs --yes)")
 
     p = sub.add_parser("exporter", parents=[common],
                        help="serve this balancer's health, drains, weights, VRRP role, sync "
@@ -233,6 +242,13 @@ def _check_arguments(parser, args):
         parser.error("--batch takes at least one worker at a time")
     if args.command == "rollout" and args.exec_timeout <= 0:
         parser.error("--exec-timeout must be more than 0 seconds")
+    if args.command == "apply" and args.yes and not args.all:
+        parser.error("--yes answers apply --all's question; apply on one node does not ask")
+    if args.command == "apply" and args.dry_run:
+        # What a user reaching for --dry-run wants is the plan.
+        if args.keep_leaving:
+            parser.error("--dry-run shows the whole plan: not with --keep-leaving")
+        args.command, args.detailed_exitcode = "plan", False
     if getattr(args, "keep_leaving", False) and (args.remove or args.all):
         parser.error("--keep-leaving is one node's half of a rollout: not with --remove or --all")
     if getattr(args, "remove", False) and getattr(args, "force", False):

@@ -215,6 +215,36 @@ def test_a_node_with_another_lbctl_is_named_before_any_change(lab, fleet, pair_f
         fleet.start("pi2")
 
 
+def test_apply_all_shows_each_plan_and_asks_and_no_changes_nothing(lab, fleet, pair_file):
+    edit = lab.write("fleet-pi1-weight-3", as_root(pair_edited(
+        workers=lambda w: {**w, "pi1": {**w["pi1"], "weight": 3}})))
+    records = ownership_records(lab)
+    tables = {n: lab.ipvs_rules(n) for n in ("lb1", "lb2")}
+    # A script that forgot --yes: refused before any node is contacted.
+    refused = fleet.lbctl_all("apply", str(edit), yes=False)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "there is no terminal to ask on: pass --yes" in refused.stderr, refused.stderr
+    assert refused.stdout == ""
+    assert (records, tables) == (ownership_records(lab), {n: lab.ipvs_rules(n)
+                                                          for n in ("lb1", "lb2")})
+    # On a terminal: every node's plan, then the question; "n" changes nothing.
+    status, shown, asked = fleet.lbctl_all_on_a_terminal("apply", str(edit), answer="n\n")
+    assert (status, asked) == (1, True), shown
+    for node in ("lb1", "lb2", "pi1", "pi2", "pi3"):
+        assert f"== {node} (" in shown, shown
+    question = re.search(r"^Apply these changes to (.*)\? \[y/N\] n$", shown, re.M)
+    assert question and {"lb1", "lb2"} <= set(question[1].split(", ")), shown
+    assert shown.rstrip().endswith("cancelled; nothing was changed"), shown
+    assert (records, tables) == (ownership_records(lab), {n: lab.ipvs_rules(n)
+                                                          for n in ("lb1", "lb2")})
+    # "y" goes ahead, in the rollout's order.
+    status, shown, asked = fleet.lbctl_all_on_a_terminal("apply", str(edit), answer="y\n")
+    assert (status, asked) == (0, True), shown
+    assert "applied on 5 node(s)" in shown, shown
+    for node in ("lb1", "lb2"):
+        assert f"-a -t {WEB_VIP}:80 -r 192.168.100.3:80 -g -w 3" in lab.ipvs_rules(node)
+
+
 def test_apply_all_of_an_edit_under_load_fails_no_request(lab, fleet, pair_file):
     # The edit adds worker pi4 and changes pi3's weight: pi4 must hold the VIP
     # before any balancer sends it a request.
@@ -318,7 +348,7 @@ def test_a_failing_update_stops_the_rollout_with_its_worker_drained(lab, fleet):
 def rollout(lab, fleet, cluster_file, *args):
     """lbctl rollout from the client namespace, as a person on a laptop runs it."""
     return lab.sh("client", [sys.executable, "-m", "lbctl", "rollout", str(cluster_file), *args,
-                             "--ssh-config", fleet.config], check=False, timeout=1200)
+                             "--yes", "--ssh-config", fleet.config], check=False, timeout=1200)
 
 
 def test_remove_all_leaves_no_trace_of_lbctl(lab, fleet, pair_file):

@@ -140,7 +140,7 @@ class Cells:
         MATRIX[(self.mode, column)] = "FAILED"
         if column == "rollout":
             done = self.lab.sh("client", [sys.executable, "-m", "lbctl", "rollout", self.path,
-                                          *args, "--ssh-config", self.fleet.config],
+                                          *args, "--yes", "--ssh-config", self.fleet.config],
                                check=False, timeout=900)
         else:
             done = self.fleet.lbctl_all(*args)

@@ -240,3 +240,22 @@ def test_under_sudo_the_file_is_read_with_the_rights_of_who_ran_sudo(monkeypatch
         assert main(["validate", shared]) == 0  # a file they may read is read as usual
     finally:
         shutil.rmtree(folder)
+
+
+def test_yes_answers_only_a_fleet_change(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["apply", str(EXAMPLE), "--yes"])
+    assert done.value.code == 64
+    assert "apply on one node does not ask" in capsys.readouterr().err
+
+
+def test_apply_dry_run_runs_plan_and_not_apply(monkeypatch):
+    """Users reach for `apply --dry-run`: it is plan, with plan's exit codes."""
+    from lbctl.commands import apply, plan
+
+    planned = []
+    monkeypatch.setattr(plan, "run", lambda args, out: planned.append(args) or 0)
+    monkeypatch.setattr(apply, "run", lambda args, out: pytest.fail("apply ran"))
+    assert main(["apply", str(EXAMPLE), "--dry-run", "--node", "pi1"]) == 0
+    (args,) = planned
+    assert (args.command, args.node, args.detailed_exitcode) == ("plan", "pi1", False)

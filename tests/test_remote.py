@@ -220,7 +220,8 @@ def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monke
     path = tmp_path / "pair.yaml"
     path.write_text(PAIR)
     out = io.StringIO()
-    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False)
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False,
+                           yes=True)
     assert cluster_apply.run(args, out) == 1
     assert {tuple(args_) for _, args_ in asked} == {("validate", "-")}  # only the check ran
     text = out.getvalue()
@@ -547,7 +548,8 @@ def test_apply_all_in_mode_ecmp_stops_when_a_balancer_does_not_serve_again(monke
     monkeypatch.setattr(cluster_apply, "ECMP_SETTLE_TIMEOUT", 0.3)
     monkeypatch.setattr(cluster_apply, "ECMP_SETTLE_POLL", 0.05)
     out = io.StringIO()
-    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False)
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False,
+                           yes=True)
     assert cluster_apply.run(args, out) == 1
     assert applied == ["pi1", "pi2", "lb1"]  # lb2 and lb3 keep serving
     text = out.getvalue()

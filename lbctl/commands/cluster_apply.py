@@ -3,12 +3,14 @@
 import time
 
 from lbctl import __version__
+from lbctl.commands.cluster_plan import plan_each
 from lbctl.config import load_cluster
 from lbctl.config.model import Mode
 from lbctl.plan import DEFERRED_MARK, DRAINING_MARK
 from lbctl.remote.fleet import back_in_service, balancers_now, bgp_offers, rollout_stages, select
 from lbctl.remote.ssh import run_on_each
 from lbctl.remote.blocks import node_block, progress, show_outcomes
+from lbctl.remote.confirm import ask, require_a_way_to_ask
 
 # Mode ecmp: how long a balancer just applied may take to serve again (its
 # BGP session back, its checks passed, its VIPs offered) before the rollout
@@ -20,8 +22,14 @@ ECMP_SETTLE_POLL = 1.0
 def run(args, out):
     cluster = load_cluster(args.file)  # a bad file stops here, before any node is contacted
     selected = select(cluster, args.node)
+    require_a_way_to_ask("apply --all" + (" --remove" if args.remove else ""), args.yes,
+                         out=out)
     if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
         return 1
+    if not args.yes:
+        declined = _show_and_ask(args, cluster, selected, out)
+        if declined is not None:
+            return declined
     serving = {}
     if cluster.mode == Mode.ECMP and not args.remove:
         # What each balancer offers the router before any of them changes.
@@ -68,6 +76,24 @@ def _roll_out(args, cluster, selected, stages, out, serving=None):
     what = "lbctl removed from" if args.remove else "applied on"
     out.write(f"{what} {len(done)} node(s): {', '.join(done)}\n")
     return 0
+
+
+def _show_and_ask(args, cluster, selected, out):
+    """Each node's plan, then the question: None to go ahead, else the exit
+    status to stop with, nothing changed."""
+    pending, failed = plan_each(cluster, selected, args, out)
+    if failed:
+        out.write(f"could not plan on {', '.join(failed)}; nothing was changed "
+                  "(--yes applies anyway, and stops at the first node that fails)\n")
+        return 1
+    if not pending:
+        out.write(f"nothing to change on {len(selected)} node(s)\n")
+        return 0
+    verb = "Remove lbctl from" if args.remove else "Apply these changes to"
+    if not ask(f"{verb} {', '.join(pending)}?", out=out):
+        out.write("cancelled; nothing was changed\n")
+        return 1
+    return None
 
 
 def _same_lbctl_everywhere(cluster, selected, ssh_config, out):

@@ -10,6 +10,17 @@ from lbctl.remote.ssh import run_on_each
 def run(args, out):
     cluster = load_cluster(args.file)
     selected = select(cluster, args.node)
+    pending, failed = plan_each(cluster, selected, args, out)
+    out.write(f"changes pending on {', '.join(pending) or 'no node'}"
+              + (f"; could not plan on {', '.join(failed)}" if failed else "") + "\n")
+    if failed:
+        return EXIT_UNCHECKED
+    return EXIT_CHANGES if pending and args.detailed_exitcode else 0
+
+
+def plan_each(cluster, selected, args, out):
+    """Print each selected node's plan; ([names with changes pending],
+    [names that could not plan]).  apply --all shows the same before it asks."""
     flags = (["--remove"] if args.remove else []) + (["--force"] if args.force else [])
     progress(f"planning on {len(selected)} node(s) ...")
     outcomes = run_on_each(selected, lambda t: ["plan", "-", "--node", t.node,
@@ -24,8 +35,4 @@ def run(args, out):
         elif outcome.returncode == EXIT_CHANGES:
             pending.append(target.node)
         out.write(node_block(outcome, "FAILED" if target.node in failed else None) + "\n")
-    out.write(f"changes pending on {', '.join(pending) or 'no node'}"
-              + (f"; could not plan on {', '.join(failed)}" if failed else "") + "\n")
-    if failed:
-        return EXIT_UNCHECKED
-    return EXIT_CHANGES if pending and args.detailed_exitcode else 0
+    return pending, failed

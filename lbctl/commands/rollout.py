@@ -16,6 +16,7 @@ from lbctl.commands.cluster_drain import on_balancers, wait_idle
 from lbctl.config import load_cluster
 from lbctl.errors import UsageError
 from lbctl.remote.blocks import progress
+from lbctl.remote.confirm import ask, require_a_way_to_ask
 from lbctl.remote.ssh import targets
 
 HEALTH_POLL = 2.0  # seconds between asking the balancers for health
@@ -23,6 +24,7 @@ HEALTH_POLL = 2.0  # seconds between asking the balancers for health
 
 def run(args, out):
     cluster = load_cluster(args.file)
+    require_a_way_to_ask("rollout", args.yes, out=out)
     balancers = [t for t in targets(cluster).values() if t.role == "balancer"]
     order = serving_workers(cluster)
     if args.start_at is not None:
@@ -31,6 +33,9 @@ def run(args, out):
                              f"service in {cluster.source} ({', '.join(order)})")
         order = order[order.index(args.start_at):]
     batches = [order[i:i + args.batch] for i in range(0, len(order), args.batch)]
+    if not args.yes and not _agreed(args, balancers, batches, out):
+        out.write("cancelled; nothing was changed\n")
+        return 1
     done = []
     for number, batch in enumerate(batches):
         if number and args.pause:
@@ -42,6 +47,16 @@ def run(args, out):
         done += batch
     out.write(f"rolled out to {len(done)} worker(s): {', '.join(done)}\n")
     return 0
+
+
+def _agreed(args, balancers, batches, out):
+    """What the rollout will do, batch by batch, and the question."""
+    out.write(f"rollout: for each batch, drain it on {', '.join(t.node for t in balancers)}, "
+              f"wait until idle, run `{args.exec}`, wait until healthy, undrain\n")
+    for number, batch in enumerate(batches, 1):
+        out.write(f"  {number}. {', '.join(batch)}\n")
+    workers = sum(len(batch) for batch in batches)
+    return ask(f"Roll out to {workers} worker(s)?", out=out)
 
 
 def serving_workers(cluster):

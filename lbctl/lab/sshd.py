@@ -124,10 +124,53 @@ class LabSsh:
         for name in list(self.processes):
             self.stop(name)
 
-    def lbctl_all(self, *args, timeout=600):
-        """lbctl with --all from the client namespace, as a person on a laptop runs it."""
-        argv = [sys.executable, "-m", "lbctl", *args, "--all", "--ssh-config", self.config]
+    def lbctl_all(self, *args, timeout=600, yes=True):
+        """lbctl with --all from the client namespace, as a script on a laptop runs
+        it: apply with --yes, since no terminal answers its question."""
+        asked = ["--yes"] if yes and args[:1] == ("apply",) else []
+        argv = [sys.executable, "-m", "lbctl", *args, *asked, "--all",
+                "--ssh-config", self.config]
         started = time.monotonic()
         done = self.lab.sh("client", argv, check=False, timeout=timeout)
         done.seconds = time.monotonic() - started
         return done
+
+    def lbctl_all_on_a_terminal(self, *args, answer, timeout=600):
+        """lbctl with --all from the client namespace on a pseudo-terminal, as a
+        person types it: `answer` is typed once lbctl asks.  Returns (exit
+        status, what the terminal showed, whether lbctl asked)."""
+        import pty
+        import select
+
+        argv = ["ip", "netns", "exec", self.lab.nodes["client"].netns, sys.executable, "-m",
+                "lbctl", *args, "--all", "--ssh-config", self.config]
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: its terminal is the pty
+            try:
+                os.execvp(argv[0], argv)
+            finally:
+                os._exit(127)
+        shown, asked = b"", False
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                ready, _, _ = select.select([fd], [], [], 1)
+                if not ready:
+                    continue
+                try:
+                    chunk = os.read(fd, 4096)
+                except OSError:  # EIO: the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+                if not asked and shown.rstrip().endswith(b"[y/N]"):
+                    os.write(fd, answer.encode())
+                    asked = True
+            else:
+                os.kill(pid, 9)
+        finally:
+            os.close(fd)
+        _, wait_status = os.waitpid(pid, 0)
+        text = shown.decode(errors="replace").replace("\r\n", "\n")
+        return os.waitstatus_to_exitcode(wait_status), text, asked

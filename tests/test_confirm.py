@@ -1,0 +1,164 @@
+"""apply --all and rollout show what they will do and ask first (remote/confirm.py)."""
+
+import io
+from types import SimpleNamespace
+
+import pytest
+
+from lbctl.remote.confirm import NotConfirmed, ask, require_a_way_to_ask
+from lbctl.remote.ssh import Outcome
+
+PAIR = """\
+cluster: pi-web
+balancers:
+  lb1: {address: 192.168.1.2, interface: eth0, priority: 150}
+  lb2: {address: 192.168.1.5, interface: eth0, priority: 100}
+workers:
+  pi1: {address: 192.168.1.3}
+services:
+  web: {vip: 192.168.1.10, port: 80}
+"""
+
+
+class Terminal(io.StringIO):
+    """A terminal's end: isatty() as a real one answers."""
+
+    def isatty(self):
+        return True
+
+
+class Fleet:
+    """The nodes' answers over SSH: `pending` nodes have changes to plan."""
+
+    def __init__(self, pending):
+        self.pending, self.calls = set(pending), []
+
+    def run_on_each(self, targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = {}
+        for t in targets_:
+            argv = args_for(t)
+            self.calls.append((t.node, argv[0]))
+            if argv[0] == "plan":
+                changed = t.node in self.pending
+                found[t.node] = Outcome(t, 2 if changed else 0,
+                                        "  ~ weight\n" if changed else "no changes\n", "")
+            else:
+                found[t.node] = Outcome(t, 0, f"{argv[0]} {t.node}: ok\n", "")
+        return found
+
+    def applied(self):
+        return [node for node, what in self.calls if what == "apply"]
+
+
+@pytest.fixture
+def fleet(monkeypatch):
+    from lbctl.commands import cluster_apply, cluster_plan
+    from lbctl.remote import fleet as fleet_module
+
+    def make(pending=("pi1",)):
+        found = Fleet(pending)
+        for module in (cluster_apply, cluster_plan, fleet_module):
+            monkeypatch.setattr(module, "run_on_each", found.run_on_each)
+        # The master is asked for its role while the workers apply: none here.
+        monkeypatch.setattr(cluster_apply, "balancers_now", lambda *a: {})
+        return found
+    return make
+
+
+def apply_all(tmp_path, monkeypatch, answer=None, yes=False, remove=False):
+    """Run apply --all; `answer`: what the person types (None: no terminal)."""
+    from lbctl.commands import cluster_apply
+
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+    out = Terminal() if answer is not None else io.StringIO()
+    monkeypatch.setattr("sys.stdin", Terminal(answer or ""))
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=remove,
+                           force=False, yes=yes)
+    return cluster_apply.run(args, out), out.getvalue()
+
+
+def test_without_a_terminal_apply_all_refuses_before_any_node_is_contacted(
+        tmp_path, monkeypatch, fleet):
+    nodes = fleet()
+    with pytest.raises(NotConfirmed, match="pass --yes"):
+        apply_all(tmp_path, monkeypatch)
+    assert nodes.calls == []
+
+
+def test_answered_no_apply_all_shows_the_plans_and_changes_nothing(tmp_path, monkeypatch,
+                                                                   fleet):
+    nodes = fleet(pending=["pi1", "lb2"])
+    status, text = apply_all(tmp_path, monkeypatch, answer="n\n")
+    assert status == 1
+    assert nodes.applied() == []
+    assert "== pi1 (worker, 192.168.1.3)" in text and "~ weight" in text
+    assert "Apply these changes to lb2, pi1? [y/N] " in text
+    assert text.endswith("cancelled; nothing was changed\n")
+
+
+def test_end_of_input_is_a_no(tmp_path, monkeypatch, fleet):
+    nodes = fleet()
+    status, text = apply_all(tmp_path, monkeypatch, answer="")
+    assert status == 1 and nodes.applied() == []
+
+
+def test_answered_yes_apply_all_goes_ahead_in_its_order(tmp_path, monkeypatch, fleet):
+    nodes = fleet()
+    status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
+    assert status == 0, text
+    assert nodes.applied() == ["pi1", "lb2", "lb1"]
+
+
+def test_with_yes_nothing_is_asked(tmp_path, monkeypatch, fleet):
+    nodes = fleet()
+    status, text = apply_all(tmp_path, monkeypatch, yes=True)
+    assert status == 0, text
+    assert "[y/N]" not in text and ("pi1", "plan") not in nodes.calls
+    assert nodes.applied() == ["pi1", "lb2", "lb1"]
+
+
+def test_nothing_to_change_asks_nothing_and_applies_nothing(tmp_path, monkeypatch, fleet):
+    nodes = fleet(pending=[])
+    status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
+    assert status == 0 and nodes.applied() == []
+    assert "[y/N]" not in text and text.endswith("nothing to change on 3 node(s)\n")
+
+
+def test_remove_asks_in_its_own_words(tmp_path, monkeypatch, fleet):
+    fleet(pending=["lb1"])
+    status, text = apply_all(tmp_path, monkeypatch, answer="no\n", remove=True)
+    assert status == 1 and "Remove lbctl from lb1? [y/N] " in text
+
+
+def test_rollout_without_a_terminal_refuses_and_answered_no_drains_nothing(
+        tmp_path, monkeypatch):
+    from lbctl.commands import rollout
+
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+    drained = []
+    monkeypatch.setattr(rollout, "on_balancers", lambda *a: drained.append(a) or True)
+    args = SimpleNamespace(file=str(path), exec="true", batch=1, pause=0, start_at=None,
+                           timeout=5, exec_timeout=5, ssh_config=None, yes=False)
+    with pytest.raises(NotConfirmed, match="rollout asks"):
+        rollout.run(args, io.StringIO())
+    monkeypatch.setattr("sys.stdin", Terminal("n\n"))
+    out = Terminal()
+    assert rollout.run(args, out) == 1
+    assert drained == []
+    assert "  1. pi1\n" in out.getvalue() and "Roll out to 1 worker(s)? [y/N] " in out.getvalue()
+
+
+@pytest.mark.parametrize("typed, agreed", [("y\n", True), ("YES\n", True), (" yes \n", True),
+                                           ("\n", False), ("n\n", False), ("yep\n", False)])
+def test_only_y_or_yes_agrees(typed, agreed):
+    assert ask("Go?", stdin=io.StringIO(typed), out=io.StringIO()) is agreed
+
+
+def test_a_terminal_on_both_ends_or_yes_is_needed():
+    require_a_way_to_ask("x", yes=True, stdin=io.StringIO(), out=io.StringIO())
+    require_a_way_to_ask("x", yes=False, stdin=Terminal(), out=Terminal())
+    for stdin, out in ((Terminal(), io.StringIO()), (io.StringIO(), Terminal())):
+        with pytest.raises(NotConfirmed):
+            require_a_way_to_ask("x", yes=False, stdin=stdin, out=out)
