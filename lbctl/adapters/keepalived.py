@@ -102,7 +102,7 @@ class KeepalivedDaemon:
         if self.systemd.runs:
             self.systemd.reload(self.layout.unit, "keepalived")  # ExecReload syncs the offers too
             return
-        self.process.signal(signal.SIGHUP, "reload")
+        self.process.send_signal(signal.SIGHUP, "reload")
         if self.announce:
             refused = sync_offers(self.layout)
             if refused is not None:

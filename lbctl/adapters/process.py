@@ -73,7 +73,7 @@ class DaemonProcess:
         if self.pid() is None:
             raise ApplyError("start", self.name, f"it exited at once:\n  {self.log_tail()}")
 
-    def signal(self, signum, verb):
+    def send_signal(self, signum, verb):
         found = self.pid()
         if found is None:
             raise ApplyError(verb, self.name, "it is not running")
