@@ -72,7 +72,7 @@ def apply_all(tmp_path, monkeypatch, answer=None, yes=False, remove=False):
     path = tmp_path / "pair.yaml"
     path.write_text(PAIR)
     out = Terminal() if answer is not None else io.StringIO()
-    monkeypatch.setattr("sys.stdin", Terminal(answer or ""))
+    monkeypatch.setattr("sys.stdin", io.StringIO() if answer is None else Terminal(answer))
     args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=remove,
                            force=False, yes=yes)
     return cluster_apply.run(args, out), out.getvalue()
@@ -118,11 +118,35 @@ def test_with_yes_nothing_is_asked(tmp_path, monkeypatch, fleet):
     assert nodes.applied() == ["pi1", "lb2", "lb1"]
 
 
-def test_nothing_to_change_asks_nothing_and_applies_nothing(tmp_path, monkeypatch, fleet):
+def test_nothing_planned_asks_nothing_and_applies_to_check_the_nodes(tmp_path, monkeypatch,
+                                                                    fleet):
+    """apply does more than its plan shows (it checks keepalived's table against
+    its config): with no change planned it still runs, as with --yes."""
     nodes = fleet(pending=[])
+    status, text = apply_all(tmp_path, monkeypatch, answer="n\n")
+    assert status == 0, text
+    assert "[y/N]" not in text
+    assert "no changes planned on 3 node(s); applying to check them\n" in text
+    assert nodes.applied() == ["pi1", "lb2", "lb1"]
+
+
+def test_a_node_that_cannot_plan_stops_before_the_question_naming_the_others(
+        tmp_path, monkeypatch, fleet):
+    nodes = fleet()
+    broken = nodes.run_on_each
+
+    def pi1_cannot_plan(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = broken(targets_, args_for, stdin_text, ssh_config)
+        if "pi1" in found and args_for(targets_[0])[0] == "plan":
+            found["pi1"] = Outcome(found["pi1"].target, 1, "", "lbctl: something broke\n")
+        return found
+    from lbctl.commands import cluster_plan
+    monkeypatch.setattr(cluster_plan, "run_on_each", pi1_cannot_plan)
     status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
-    assert status == 0 and nodes.applied() == []
-    assert "[y/N]" not in text and text.endswith("nothing to change on 3 node(s)\n")
+    assert status == 1 and nodes.applied() == []
+    assert "[y/N]" not in text
+    assert text.endswith("could not plan on pi1; nothing was changed "
+                         "(to go on without it: --node lb1,lb2)\n"), text
 
 
 def test_remove_asks_in_its_own_words(tmp_path, monkeypatch, fleet):
@@ -156,9 +180,45 @@ def test_only_y_or_yes_agrees(typed, agreed):
     assert ask("Go?", stdin=io.StringIO(typed), out=io.StringIO()) is agreed
 
 
-def test_a_terminal_on_both_ends_or_yes_is_needed():
-    require_a_way_to_ask("x", yes=True, stdin=io.StringIO(), out=io.StringIO())
-    require_a_way_to_ask("x", yes=False, stdin=Terminal(), out=Terminal())
-    for stdin, out in ((Terminal(), io.StringIO()), (io.StringIO(), Terminal())):
+def test_a_terminal_to_answer_on_or_yes_is_needed():
+    pipe = io.StringIO
+    require_a_way_to_ask("x", yes=True, stdin=pipe(), out=pipe(), err=pipe())
+    require_a_way_to_ask("x", yes=False, stdin=Terminal(), out=Terminal(), err=pipe())
+    require_a_way_to_ask("x", yes=False, stdin=Terminal(), out=pipe(), err=Terminal())  # | tee
+    for stdin, out, err in ((Terminal(), pipe(), pipe()), (pipe(), Terminal(), Terminal())):
         with pytest.raises(NotConfirmed):
-            require_a_way_to_ask("x", yes=False, stdin=stdin, out=out)
+            require_a_way_to_ask("x", yes=False, stdin=stdin, out=out, err=err)
+
+
+def test_with_the_output_in_a_pipe_the_question_goes_to_the_terminal_on_stderr():
+    log, terminal = io.StringIO(), Terminal()
+    assert ask("Go?", stdin=io.StringIO("y\n"), out=log, err=terminal)
+    assert log.getvalue() == "" and terminal.getvalue() == "Go? [y/N] "
+
+
+def test_ctrl_c_at_the_question_ends_the_line_and_says_nothing_changed():
+    class Interrupted(Terminal):
+        def readline(self):
+            raise KeyboardInterrupt
+
+    out = Terminal()
+    with pytest.raises(KeyboardInterrupt):
+        ask("Go?", stdin=Interrupted(), out=out)
+    assert out.getvalue() == "Go? [y/N] \ncancelled; nothing was changed\n"
+
+
+def test_rollout_answered_yes_runs_every_batch(tmp_path, monkeypatch):
+    from lbctl.commands import rollout
+
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR.replace("  pi1: {address: 192.168.1.3}\n",
+                                 "  pi1: {address: 192.168.1.3}\n  pi2: {address: 192.168.1.4}\n"))
+    ran = []
+    monkeypatch.setattr(rollout, "_one_batch", lambda args, c, b, batch, out: ran.append(batch))
+    monkeypatch.setattr("sys.stdin", Terminal("y\n"))
+    args = SimpleNamespace(file=str(path), exec="true", batch=1, pause=0, start_at=None,
+                           timeout=5, exec_timeout=5, ssh_config=None, yes=False)
+    out = Terminal()
+    assert rollout.run(args, out) == 0, out.getvalue()
+    assert ran == [["pi1"], ["pi2"]]
+    assert "Roll out to 2 worker(s)? [y/N] " in out.getvalue()

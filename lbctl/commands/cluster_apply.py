@@ -83,12 +83,16 @@ def _show_and_ask(args, cluster, selected, out):
     status to stop with, nothing changed."""
     pending, failed = plan_each(cluster, selected, args, out)
     if failed:
-        out.write(f"could not plan on {', '.join(failed)}; nothing was changed "
-                  "(--yes applies anyway, and stops at the first node that fails)\n")
+        planned = [t.node for t in selected if t.node not in failed]
+        out.write(f"could not plan on {', '.join(failed)}; nothing was changed"
+                  + (f" (to go on without {'it' if len(failed) == 1 else 'them'}: "
+                     f"--node {','.join(planned)})" if planned else "") + "\n")
         return 1
     if not pending:
-        out.write(f"nothing to change on {len(selected)} node(s)\n")
-        return 0
+        # Nothing to ask about; apply still checks what runs on each node
+        # (keepalived's table against its config), as with --yes.
+        out.write(f"no changes planned on {len(selected)} node(s); applying to check them\n")
+        return None
     verb = "Remove lbctl from" if args.remove else "Apply these changes to"
     if not ask(f"{verb} {', '.join(pending)}?", out=out):
         out.write("cancelled; nothing was changed\n")

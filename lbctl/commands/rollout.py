@@ -220,7 +220,8 @@ def _stopped(args, order, done, batch, problem, out):
               "one back\n"
               f"  done: {', '.join(done) or 'none'}; not started: {', '.join(untouched) or 'none'}\n"
               f"  to resume once fixed: lbctl rollout {args.file} --exec ... "
-              f"--start-at {batch[0]}  (drains {batch[0]} again, reruns the command, and "
+              f"--start-at {batch[0]}{' --yes' if args.yes else ''}  (drains {batch[0]} "
+              "again, reruns the command, and "
               "undrains it once healthy)\n")
     print(f"lbctl: rollout stopped at {', '.join(batch)}: {problem}", file=sys.stderr)
     return 1
