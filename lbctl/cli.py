@@ -202,13 +202,19 @@ def build_parser():
                        help="build the lab, apply, send traffic, show the result, tear down")
     d.add_argument("file", nargs="?", help="cluster file (default: the bundled failover-pair example)")
     d.add_argument("--requests", type=int, default=12, help="curl requests to show (default 12)")
+    p = sub.add_parser("completion", parents=[common],
+                       help="print a shell completion script, made from this parser")
+    p.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete for")
+    sub.add_parser("manpage", parents=[common],
+                   help="print lbctl's man page (roff), made from this parser")
     return parser
 
 
 COMMANDS = {"validate": "validate", "plan": "plan", "apply": "apply", "status": "status",
             "drain": "drain", "undrain": "drain", "rollout": "rollout",
             "drain-balancer": "drain_balancer", "undrain-balancer": "drain_balancer",
-            "exporter": "exporter", "doctor": "doctor", "lab": "lab"}
+            "exporter": "exporter", "doctor": "doctor", "lab": "lab",
+            "completion": "completion", "manpage": "completion"}
 
 
 def _check_arguments(parser, args):
