@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from lbctl import __version__
+from lbctl.remote.connections import sharing_options
 
 CONNECT_TIMEOUT = 10  # seconds for ssh to reach a node
 SSH_FAILED = 255  # ssh's own exit status when it could not connect or log in
@@ -94,7 +95,7 @@ def ssh_argv(target, lbctl_args, ssh_config=None):
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
             # A rollout lends no node the user's agent or display, whatever
             # ~/.ssh/config says (options given here win over it).
-            "-o", "ForwardAgent=no", "-o", "ForwardX11=no"]
+            "-o", "ForwardAgent=no", "-o", "ForwardX11=no", *sharing_options()]
     if ssh_config:
         argv += ["-F", ssh_config]
     if target.user:
