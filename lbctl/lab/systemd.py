@@ -145,10 +145,12 @@ class BootedNodes:
              f"--bind={CHECKOUT}", f"--bind-ro={sys.prefix}"]),
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             # /proc/sys/net writable: the node sets its ARP and IPVS sysctls.
-            # /tmp is the node's own, as on a Pi, not a fresh tmpfs: the checkout
-            # and its venv may live there.
-            env={**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network",
-                 "SYSTEMD_NSPAWN_TMPFS_TMP": "0"})
+            # /tmp stays nspawn's fresh tmpfs, empty at each boot as a Pi's is.
+            # The lower layer's /tmp is this machine's, over 9p in the VM: a
+            # node that saw it would spend minutes of its first boot in
+            # systemd-tmpfiles-setup, emptying it file by file into whiteouts
+            # (`D /tmp` in tmp.conf).  The checkout and venv are bound in above.
+            env={**os.environ, "SYSTEMD_NSPAWN_API_VFS_WRITABLE": "network"})
         log.close()
         self.launched[name] = time.monotonic()
         _say(name, f"container launched (pid {self.spawned[name].pid})", self.launched[name])
