@@ -1,7 +1,15 @@
 """--all shares one ssh connection per node for the whole command (remote/connections.py)."""
 
 import os
+import re
+import shutil
+import socket
 import stat
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
 
 from lbctl.remote import connections
 from lbctl.remote.ssh import Target, ssh_argv
@@ -17,17 +25,74 @@ def test_every_ssh_of_a_command_shares_one_private_folder_of_masters(monkeypatch
     info = os.stat(folder)
     # Only this user may reach the masters (a socket there is a login to every node).
     assert stat.S_IMODE(info.st_mode) == 0o700 and info.st_uid == os.getuid()
-    assert os.path.basename(folder).startswith("lbctl-ssh-") and folder != "/tmp/lbctl-ssh-"
+    # A random name, so no other user can make it first.
+    assert re.fullmatch(r"lbctl-ssh-\w{8}", os.path.basename(folder))
     connections.close_all()
     assert not os.path.exists(folder)
 
 
-def test_a_socket_path_too_long_for_unix_sockets_shares_nothing(monkeypatch, tmp_path):
-    deep = tmp_path / ("d" * 90)
-    deep.mkdir()
-    monkeypatch.setenv("TMPDIR", str(deep))
+def _folder_of(options):
+    path = next(o for o in options if o.startswith("ControlPath="))
+    return os.path.dirname(path.split("=", 1)[1])
+
+
+@pytest.fixture
+def short_tmp(monkeypatch):
+    """A private $TMPDIR whose length the test sets (pytest's own is too deep)."""
+    base = tempfile.mkdtemp(prefix="s", dir="/tmp")
     monkeypatch.setattr(connections.tempfile, "tempdir", None)
     monkeypatch.setattr(connections, "_folder", None)
+    monkeypatch.setattr(connections, "_tried", False)
+
+    def at_length(length):
+        connections.close_all()
+        path = os.path.join(base, "d" * (length - len(base) - 1))
+        os.makedirs(path, exist_ok=True)
+        monkeypatch.setenv("TMPDIR", path)
+        connections.tempfile.tempdir = None
+        return path
+
+    yield at_length
+    connections.close_all()
+    shutil.rmtree(base)
+
+
+def test_every_master_socket_ssh_would_bind_fits_whatever_the_tmpdir(short_tmp):
+    """ssh binds a master's socket as PATH.<16 random characters> before it
+    renames it to PATH (%C: 40 hex digits): the kernel must take that name
+    under the folder chosen, at every $TMPDIR depth around the limit."""
+    for length in range(20, 41):  # $TMPDIR of 30 characters is the deepest that fits
+        tmpdir = short_tmp(length)
+        folder = _folder_of(connections.sharing_options())
+        # Under $TMPDIR while it is short enough, else under /tmp.
+        assert os.path.dirname(folder) == (tmpdir if length <= 30 else "/tmp"), length
+        longest = os.path.join(folder, "c" * 40 + "." + "r" * 16)
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(longest)  # OSError "AF_UNIX path too long" if it did not fit
+        os.unlink(longest)
+        with socket.socket(socket.AF_UNIX) as sock, pytest.raises(OSError):
+            sock.bind(longest + "x" * (108 - len(longest)))  # the limit is real
+
+
+def test_threads_starting_at_once_share_one_folder(short_tmp, monkeypatch):
+    tmpdir = short_tmp(25)
+    real_mkdtemp = tempfile.mkdtemp
+
+    def slow_mkdtemp(**kwargs):  # the others arrive while the first makes it
+        time.sleep(0.05)
+        return real_mkdtemp(**kwargs)
+
+    monkeypatch.setattr(connections.tempfile, "mkdtemp", slow_mkdtemp)
+    with ThreadPoolExecutor(8) as pool:
+        folders = set(pool.map(lambda _: _folder_of(connections.sharing_options()), range(64)))
+    assert len(folders) == 1
+    assert os.listdir(tmpdir) == [os.path.basename(folders.pop())]
+
+
+def test_no_folder_short_enough_shares_nothing(monkeypatch):
+    monkeypatch.setattr(connections, "_folder", None)
+    monkeypatch.setattr(connections, "_tried", False)
+    monkeypatch.setattr(connections, "_fits", lambda folder: False)
     try:
         assert connections.sharing_options() == []
         argv = ssh_argv(Target("pi1", "worker", "192.168.1.3"), ["validate", "-"])

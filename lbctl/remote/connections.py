@@ -10,7 +10,7 @@ master that later ssh processes run through.
 The masters' sockets live in a folder made for this lbctl process alone
 (mode 0700, a random name), and the masters are told to exit when lbctl
 does; one left by an lbctl that was killed exits after CONTROL_PERSIST
-seconds idle.
+seconds idle, and leaves its empty folder behind.
 """
 
 import atexit
@@ -18,31 +18,56 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 
 CONTROL_PERSIST = 60  # seconds a master outlives its last session
-# sun_path holds 108 bytes; %C expands to 40 hex digits.
-_MAX_SOCKET_PATH = 100
+# sun_path holds 107 bytes and a NUL.  %C expands to 40 hex digits, and ssh
+# binds the master's socket first as PATH.XXXXXXXXXXXXXXXX (a dot and 16
+# random characters), then renames it: that longer name must fit too.
+_SUN_PATH = 107
+_LONGEST_NAME = len("/") + 40 + len(".") + 16
 
 _folder = None
+_tried = False
+# --all's first ssh calls come from a pool of threads at once: one folder.
+_making = threading.Lock()
+
+
+def _fits(folder):
+    return len(folder) + _LONGEST_NAME <= _SUN_PATH
 
 
 def sharing_options():
-    """ssh -o options that share one connection per node, or none where the
-    socket's path would be too long (a deep $TMPDIR)."""
-    global _folder
-    if _folder is None:
-        _folder = tempfile.mkdtemp(prefix="lbctl-ssh-")
-        atexit.register(close_all)
-    if len(_folder) + len("/") + 40 > _MAX_SOCKET_PATH:
+    """ssh -o options that share one connection per node, or none where no
+    folder short enough for the sockets' paths can be made."""
+    folder = _shared_folder()
+    if folder is None:
         return []
-    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={_folder}/%C",
+    return ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C",
             "-o", f"ControlPersist={CONTROL_PERSIST}"]
+
+
+def _shared_folder():
+    """This process's folder of masters, made on first use: under $TMPDIR,
+    or under /tmp where $TMPDIR is too deep for a socket's path."""
+    global _folder, _tried
+    with _making:
+        if not _tried:
+            _tried = True
+            for parent in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
+                # mkdtemp adds "/lbctl-ssh-" and 8 random characters.
+                if _fits(os.path.join(parent, "lbctl-ssh-XXXXXXXX")):
+                    _folder = tempfile.mkdtemp(prefix="lbctl-ssh-", dir=parent)
+                    atexit.register(close_all)
+                    break
+        return _folder
 
 
 def close_all():
     """Every master this process started exits, and its folder goes."""
-    global _folder
-    folder, _folder = _folder, None
+    global _folder, _tried
+    with _making:
+        folder, _folder, _tried = _folder, None, False
     if folder is None:
         return
     try:
@@ -50,9 +75,11 @@ def close_all():
     except OSError:
         sockets = []
     for socket in sockets:
-        # The host is not used with -O exit: the socket names the master.
+        # The socket names the master: no host and no ssh_config is needed
+        # (-F /dev/null: not even one that would not parse).
         try:
-            subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "lbctl-master"],
+            subprocess.run(["ssh", "-F", "/dev/null", "-o", f"ControlPath={socket}",
+                            "-O", "exit", "lbctl-master"],
                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=10, check=False)
         except (OSError, subprocess.TimeoutExpired):
