@@ -24,7 +24,7 @@ APT_PACKAGES=(
   systemd systemd-container             # systemd-analyze checks lbctl's units; the lab boots nodes with systemd-nspawn
   curl apache2-utils arping tcpdump     # lab clients and captures
   tmux                                  # the lab reads status --watch off a real terminal
-  groff-base                            # the tests render lbctl's man page
+  groff-base zsh                        # the tests render lbctl's man page and run its zsh completion
   busybox-static                        # lab web servers, and the lab VM's initramfs
   qemu-system-x86 cpio                  # the lab VM where the kernel has no IPVS
   openssh-client openssh-server         # --all over ssh, and an sshd in each lab node

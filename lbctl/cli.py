@@ -41,6 +41,11 @@ def _remote_flags(p):
                    help="with --all: an ssh_config(5) file for ssh -F (default: ~/.ssh/config)")
 
 
+def _add_root(p):
+    p.add_argument("--root", metavar="DIR",
+                   help="prefix of the files lbctl reads and writes (default $LBCTL_ROOT or /)")
+
+
 def build_parser():
     common = _common_flags()
     parser = Parser(prog="lbctl", parents=[common],
@@ -73,8 +78,7 @@ def build_parser():
                            "it needs --yes)")
             p.add_argument("--dry-run", action="store_true",
                            help="change nothing: the same as `lbctl plan`")
-        p.add_argument("--root", 
-                       help="prefix for the files lbctl writes (default $LBCTL_ROOT or /)")
+        _add_root(p)
         if name == "plan":
             p.add_argument("--detailed-exitcode", action="store_true",
                            help="exit 0 for no changes, 2 for pending changes")
@@ -103,8 +107,7 @@ def build_parser():
     p.add_argument("--worker", metavar="NAME", help="with --connections: this worker only")
     p.add_argument("--client", metavar="CIDR",
                    help="with --connections: clients in this network only")
-    p.add_argument("--root", 
-                   help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+    _add_root(p)
 
     for name, text in (("drain", "take a worker out of rotation: weight 0 on every service "
                          "(or one) until undrain, kept across apply, failover and reboot"),
@@ -130,7 +133,7 @@ def build_parser():
             p.add_argument("--check", action="store_true",
                            help="only say whether this balancer would accept the drain; "
                            "change nothing (drain --all asks every balancer first)")
-        p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+        _add_root(p)
 
     for name, text in (("drain-balancer", "mode ecmp: withdraw this balancer's routes, so the "
                          "router moves its flows to the others, and wait until none arrives; "
@@ -145,7 +148,7 @@ def build_parser():
             p.add_argument("--timeout", type=float, default=60, metavar="SECONDS",
                            help="give up (exit 1, still withdrawn) if packets for the VIPs "
                            "still arrive after this long (default 60)")
-        p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+        _add_root(p)
 
     p = sub.add_parser("rollout", parents=[common],
                        help="update every worker in turn with no failed request: drain, "
@@ -179,7 +182,7 @@ def build_parser():
                    help="where to serve /metrics (default 127.0.0.1:9588: this host only)")
     p.add_argument("--drift-every", metavar="S", type=float, default=60.0,
                    help="work drift out at most this often, and after each apply (default 60)")
-    p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+    _add_root(p)
 
     p = sub.add_parser("doctor", parents=[common],
                        help="find what breaks direct routing, here and on the LAN, and say "
@@ -192,7 +195,7 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="the findings as JSON, for scripts")
     p.add_argument("--no-wire", action="store_true",
                    help="only this node's own checks: send no ARP, SYN or ping probes")
-    p.add_argument("--root", help="prefix of lbctl's files (default $LBCTL_ROOT or /)")
+    _add_root(p)
 
     p = sub.add_parser("lab", parents=[common],
                        help="the cluster in network namespaces, on this machine")

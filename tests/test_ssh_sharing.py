@@ -15,8 +15,16 @@ from lbctl.remote import connections
 from lbctl.remote.ssh import Target, ssh_argv
 
 
-def test_every_ssh_of_a_command_shares_one_private_folder_of_masters(monkeypatch):
+@pytest.fixture(autouse=True)
+def no_folder_yet(monkeypatch):
+    """Each test starts as a new lbctl process would: no folder made or tried."""
     monkeypatch.setattr(connections, "_folder", None)
+    monkeypatch.setattr(connections, "_tried", False)
+    yield
+    connections.close_all()
+
+
+def test_every_ssh_of_a_command_shares_one_private_folder_of_masters():
     first = ssh_argv(Target("pi1", "worker", "192.168.1.3"), ["validate", "-"])
     second = ssh_argv(Target("lb1", "balancer", "192.168.1.2"), ["apply", "-"])
     path = next(o for o in first if o.startswith("ControlPath="))
@@ -41,8 +49,6 @@ def short_tmp(monkeypatch):
     """A private $TMPDIR whose length the test sets (pytest's own is too deep)."""
     base = tempfile.mkdtemp(prefix="s", dir="/tmp")
     monkeypatch.setattr(connections.tempfile, "tempdir", None)
-    monkeypatch.setattr(connections, "_folder", None)
-    monkeypatch.setattr(connections, "_tried", False)
 
     def at_length(length):
         connections.close_all()
@@ -90,8 +96,6 @@ def test_threads_starting_at_once_share_one_folder(short_tmp, monkeypatch):
 
 
 def test_no_folder_short_enough_shares_nothing(monkeypatch):
-    monkeypatch.setattr(connections, "_folder", None)
-    monkeypatch.setattr(connections, "_tried", False)
     monkeypatch.setattr(connections, "_fits", lambda folder: False)
     try:
         assert connections.sharing_options() == []

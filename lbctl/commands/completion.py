@@ -76,26 +76,35 @@ def bash_script(parser):
         "            " + "|".join(_quoted(k) for k in known[1:]) + ') path="$path ${COMP_WORDS[i]}" ;;',
         "        esac",
         "    done",
-        "    # After a flag that takes a value: files where it is a file, else nothing.",
+        "    # After a flag that takes a value: its choices, files (FILE), folders",
+        "    # (DIR), else nothing: a name or a number is the user's to type.",
         '    case "$path $prev" in',
     ]
-    files, values = [], []
+    kinds = {"-f": [], "-d": [], "": []}
+    choices = {}
     for level in levels:
         for action in level.options:
             if not takes_value(action):
                 continue
             for flag in action.option_strings:
                 key = _quoted(" ".join(level.path) + " " + flag)
-                is_path = (action.metavar or "").upper() == "FILE" or action.dest == "root"
-                (files if is_path else values).append(key)
-    if files:
-        lines.append("        " + "|".join(files) + ") COMPREPLY=($(compgen -f -- \"$cur\")); return ;;")
-    if values:
-        lines.append("        " + "|".join(values) + ") COMPREPLY=(); return ;;")
+                if action.choices:
+                    choices.setdefault(" ".join(map(str, action.choices)), []).append(key)
+                else:
+                    kinds[{"FILE": "-f", "DIR": "-d"}.get(action.metavar, "")].append(key)
+    for words, keys in choices.items():
+        lines.append(f"        {'|'.join(keys)}) COMPREPLY=($(compgen -W {_quoted(words)} "
+                     '-- "$cur")); return ;;')
+    for kind, keys in kinds.items():
+        if keys:
+            reply = f'$(compgen {kind} -- "$cur")' if kind else ""
+            lines.append(f"        {'|'.join(keys)}) COMPREPLY=({reply}); return ;;")
     lines += ["    esac", '    case "$path" in']
     for level in levels:
         flags = sorted(f for a in level.options for f in a.option_strings)
-        names = [name for name, _ in level.subcommands]
+        # Subcommands, or the choices of a positional (completion's SHELL).
+        names = [name for name, _ in level.subcommands] or [
+            str(choice) for a in level.positionals for choice in a.choices or ()]
         lines.append(f"        {_quoted(' '.join(level.path))})")
         lines.append(f"            words={_quoted(' '.join(names))}")
         lines.append(f"            flags={_quoted(' '.join(flags))} ;;")
@@ -116,12 +125,20 @@ def bash_script(parser):
 
 
 def zsh_script(parser):
-    """zsh runs the bash function through its bashcompinit layer."""
+    """zsh runs the bash function through its bashcompinit layer.
+
+    Installed as _lbctl in $fpath, this file is autoloaded as the
+    completion function on the first Tab: it must complete that Tab itself
+    as well as set up the later ones.  Sourced, it only sets them up."""
     return ("#compdef lbctl\n"
             "# zsh completion for lbctl, made by `lbctl completion zsh` from lbctl's parser.\n"
-            "# Install: lbctl completion zsh > \"${fpath[1]}/_lbctl\"\n"
+            "# Install: lbctl completion zsh > ~/.zfunc/_lbctl, with fpath=(~/.zfunc $fpath)\n"
+            "# before compinit in ~/.zshrc; or source <(lbctl completion zsh) after it.\n"
             "autoload -U +X bashcompinit && bashcompinit\n"
-            + bash_script(parser))
+            + bash_script(parser)
+            + 'if [[ ${zsh_eval_context[-1]} == loadautofunc ]]; then\n'
+            + '    _bash_complete -o filenames -F _lbctl "$@"\n'
+            + "fi\n")
 
 
 def _quoted(text):
