@@ -78,10 +78,14 @@ def build_parser():
                            "it needs --yes)")
             p.add_argument("--dry-run", action="store_true",
                            help="change nothing: the same as `lbctl plan`")
+            # apply --all's own: the plan this node showed before the question.
+            p.add_argument("--expect-plan", metavar="FINGERPRINT", help=argparse.SUPPRESS)
         _add_root(p)
         if name == "plan":
             p.add_argument("--detailed-exitcode", action="store_true",
                            help="exit 0 for no changes, 2 for pending changes")
+            # For apply --all: the plan's fingerprint on standard error.
+            p.add_argument("--fingerprint", action="store_true", help=argparse.SUPPRESS)
 
     p = sub.add_parser("status", parents=[common],
                        help="services, real servers, connection sync, health, VRRP, "
@@ -257,7 +261,7 @@ def _check_arguments(parser, args):
         # What a user reaching for --dry-run wants is the plan.
         if args.keep_leaving:
             parser.error("--dry-run shows the whole plan: not with --keep-leaving")
-        args.command, args.detailed_exitcode = "plan", False
+        args.command, args.detailed_exitcode, args.fingerprint = "plan", False, False
     if getattr(args, "keep_leaving", False) and (args.remove or args.all):
         parser.error("--keep-leaving is one node's half of a rollout: not with --remove or --all")
     if getattr(args, "remove", False) and getattr(args, "force", False):

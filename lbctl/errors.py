@@ -71,3 +71,8 @@ class LabError(LbctlError):
 
 class UsageError(LbctlError):
     exit_code = EXIT_USAGE
+
+
+class PlanChanged(LbctlError):
+    """apply --expect-plan: the node's plan is no longer the one shown and
+    agreed to.  Nothing was changed, so it is no failed apply either."""

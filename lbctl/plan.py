@@ -350,6 +350,27 @@ def _dest_removal(key, spec, force, through=IPVS):
 # the real servers still draining; `apply --all` looks for both.
 DEFERRED_MARK = "left for the next apply"
 DRAINING_MARK = "still draining on this balancer"
+# How `plan --fingerprint` names the plan's fingerprint, on standard error.
+FINGERPRINT_MARK = "plan fingerprint"
+
+
+def fingerprint(plan):
+    """What the plan will do, as a short digest: apply --all shows each node's
+    plan, and after the question each node applies only if its plan is
+    still the one shown (--expect-plan).  Removals held back for a later
+    apply count as in the plan: the worker's first pass of apply --all
+    matches the plan shown before it.  Values that move on their own (a
+    weight now, a count of connections) are left out, and a real server
+    that drains or goes at once is removed either way."""
+    import hashlib
+
+    lines = []
+    for change in plan.changes + plan.deferred:
+        action = change.action
+        if change.kind == Kind.REAL_SERVER and action in (DRAIN, DRAINING, REMOVE):
+            action = REMOVE
+        lines.append(f"{action} {change.kind} {change.key}\n")
+    return hashlib.sha256("".join(lines).encode()).hexdigest()[:16]
 
 
 def format_plan(plan):

@@ -237,10 +237,25 @@ def test_apply_all_shows_each_plan_and_asks_and_no_changes_nothing(lab, fleet, p
     assert shown.rstrip().endswith("cancelled; nothing was changed"), shown
     assert (records, tables) == (ownership_records(lab), {n: lab.ipvs_rules(n)
                                                           for n in ("lb1", "lb2")})
-    # "y" goes ahead, in the rollout's order.
+    # "y", but pi3 changed while the plans were read (its web VIP taken off
+    # lo by hand): pi3's plan is not the one agreed to, so pi3 changes
+    # nothing, says why, and the rollout stops before the balancers.
+    on_lo = ["ip", "-4", "address", "show", "dev", "lo"]
+    status, shown, asked = fleet.lbctl_all_on_a_terminal(
+        "apply", str(edit), answer="y\n",
+        meanwhile=lambda: lab.sh("pi3", ["ip", "address", "del", f"{WEB_VIP}/32", "dev", "lo"]))
+    assert (status, asked) == (1, True), shown
+    assert "this node's plan is no longer the one shown before the question" in shown, shown
+    assert "stopped: failed on pi3; done on pi1, pi2; not touched: lb1, lb2" in shown, shown
+    assert f"{WEB_VIP}/32" not in lab.sh("pi3", on_lo).stdout
+    assert tables == {n: lab.ipvs_rules(n) for n in ("lb1", "lb2")}
+    # Asked again, the plans shown include pi3's VIP; "y" goes ahead, in the
+    # rollout's order.
     status, shown, asked = fleet.lbctl_all_on_a_terminal("apply", str(edit), answer="y\n")
     assert (status, asked) == (0, True), shown
+    assert f"+ address {WEB_VIP}/32 dev lo" in shown, shown
     assert "applied on 5 node(s)" in shown, shown
+    assert f"{WEB_VIP}/32" in lab.sh("pi3", on_lo).stdout
     for node in ("lb1", "lb2"):
         assert f"-a -t {WEB_VIP}:80 -r 192.168.100.3:80 -g -w 3" in lab.ipvs_rules(node)
 

@@ -25,7 +25,7 @@ def every_level(parser, path=("lbctl",)):
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 found.update(every_level(sub, (*path, name)))
-        else:
+        elif action.help != argparse.SUPPRESS:  # hidden flags are apply --all's own
             found[path] |= set(action.option_strings)
     return found
 
@@ -64,6 +64,11 @@ def test_bash_completes_top_level_flags_and_files_where_a_file_goes():
     assert "examples" in complete(["lbctl", "plan", "exa"])  # the cluster file
     assert "examples" in complete(["lbctl", "plan", "f", "--ssh-config", "exa"])
     assert complete(["lbctl", "plan", "f", "--node", "exa"]) == set()  # a name, not a file
+
+
+def test_hidden_flags_are_neither_completed_nor_documented():
+    assert "--expect-plan" not in complete(["lbctl", "apply", "--"])
+    assert "expect\\-plan" not in manpage(build_parser()) and "fingerprint" not in manpage(build_parser())
 
 
 def test_bash_completes_choices_and_folders_where_they_go():

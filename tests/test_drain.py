@@ -7,7 +7,7 @@ from lbctl.adapters.protocols import IpvsDest, IpvsService
 from lbctl.config.model import DestKey, ServiceKey
 from lbctl.desired import desired_state, leaving_real_servers
 from lbctl.health import Reported, ipvs_drift
-from lbctl.plan import DRAIN, DRAINING, KEEPALIVED, REMOVE, make_plan
+from lbctl.plan import DRAIN, DRAINING, KEEPALIVED, REMOVE, fingerprint, make_plan
 from lbctl.layout import Layout
 from lbctl.state import DaemonSpec, DestSpec, NodeState, Ownership, ServiceSpec
 
@@ -84,6 +84,17 @@ def test_a_draining_worker_stays_until_idle_and_force_drops_it_at_once():
     assert f"real_server {PI3} 80" not in conf_of(forced)
     (change,) = [c for c in plan.changes if c.key == DestKey(WEB, PI3, 80)]
     assert change.action == REMOVE and "forced" in str(change)
+
+
+def test_a_worker_that_drains_or_goes_at_once_is_the_same_plan_to_agree_to():
+    """apply --all: the plan shown said pi3 leaves, busy (drain); by the answer
+    its last connection has ended (delete).  Still the plan agreed to; a weight
+    changed by hand in between is not."""
+    busy, idle = keepalived_plan(table(pi3=(1, 2, 0)))[1], keepalived_plan(table(pi3=(1, 0, 0)))[1]
+    assert [c.action for c in busy.changes if getattr(c.key, "address", None) == PI3] != \
+        [c.action for c in idle.changes if getattr(c.key, "address", None) == PI3]
+    assert fingerprint(busy) == fingerprint(idle)
+    assert fingerprint(keepalived_plan(table(pi3=(0, 2, 0)))[1]) == fingerprint(busy)
 
 
 def test_udp_flows_count_as_inactive_yet_keep_their_real_server_busy():

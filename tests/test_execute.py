@@ -14,7 +14,7 @@ from lbctl.errors import ApplyError
 from lbctl.execute import execute
 from lbctl.observe import observe
 from lbctl.ownership import read_ownership
-from lbctl.plan import make_plan
+from lbctl.plan import fingerprint, make_plan
 from lbctl.state import ServiceSpec
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
@@ -245,6 +245,29 @@ def test_keep_leaving_holds_a_worker_s_old_vip_until_the_second_pass():
     assert [str(c) for c in second.changes] == ["- address 192.168.100.11/32 dev lo"]
     execute(second, node.adapters)
     assert (IPv4Address("192.168.100.11"), 32, "lo") not in node.adapters.addresses.list()
+
+
+def test_a_worker_s_first_pass_matches_the_fingerprint_of_the_plan_shown():
+    """apply --all shows the whole plan, then applies a worker with its
+    removals held back: the same plan, by its fingerprint.  A change made on
+    the node in between is a different plan."""
+    node = Node("pi1")
+    node.apply()
+    without_dns = cluster_from(PI_SINGLE.replace(
+        "  dns: {vip: 192.168.100.11, port: 53, protocol: udp, scheduler: rr, workers: [pi1, pi2]}\n",
+        ""))
+    desired = desired_state(without_dns, "pi1", "eth0")
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, without_dns.name)
+
+    def plan(**kwargs):
+        observed = observe(desired, owned, node.adapters, node.adapters.addresses.list())
+        return make_plan(desired, observed, owned, **kwargs)
+
+    shown = fingerprint(plan())
+    assert fingerprint(plan(keep_leaving=True)) == shown
+    # Someone sets arp_ignore back by hand before the answer: one more change.
+    node.adapters.sysctls.values["net.ipv4.conf.all.arp_ignore"] = "0"
+    assert fingerprint(plan(keep_leaving=True)) != shown
 
 
 def remove_plan_of(node, shared=()):

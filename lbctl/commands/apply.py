@@ -2,13 +2,13 @@ import time
 
 from lbctl.config import load_cluster
 from lbctl.drains import describe_drains
-from lbctl.errors import UsageError
+from lbctl.errors import PlanChanged, UsageError
 from lbctl.execute import execute, note_loaded
 from lbctl.last_apply import record_last_apply
 from lbctl.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
 from lbctl.node import load_node
-from lbctl.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, Kind, format_plan
+from lbctl.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, Kind, fingerprint, format_plan
 from lbctl.state import KEEPALIVED
 
 
@@ -18,6 +18,8 @@ def run(args, out):
     try:
         with node_locked(args.root, cluster.name):
             code = _apply(args, out, cluster, reached)
+    except PlanChanged:
+        raise  # refused before any change: the last apply stands as it was
     except Exception as exc:  # any failure: an OSError is as much a failed apply
         _record(args, cluster, reached, False, str(exc) or type(exc).__name__)
         raise
@@ -40,6 +42,12 @@ def _apply(args, out, cluster, reached):
     if args.keep_leaving and ctx.plan.role != "worker":
         raise UsageError("--keep-leaving is for workers: a balancer's removals are "
                          "keepalived's or drain by themselves")
+    agreed = getattr(args, "expect_plan", None)
+    if agreed is not None and fingerprint(ctx.plan) != agreed:
+        out.write(format_plan(ctx.plan) + "\n")
+        raise PlanChanged("this node's plan is no longer the one shown before the question "
+                          "(another apply, a drain or a failover since?): nothing was changed "
+                          "here; its plan now is above")
     report = None
     released = vips_the_reload_drops(ctx)
     changed = not ctx.plan.empty

@@ -26,8 +26,9 @@ def run(args, out):
                          out=out)
     if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
         return 1
+    agreed = {}  # name: the fingerprint of the plan shown and agreed to
     if not args.yes:
-        declined = _show_and_ask(args, cluster, selected, out)
+        declined, agreed = _show_and_ask(args, cluster, selected, out)
         if declined is not None:
             return declined
     serving = {}
@@ -41,10 +42,10 @@ def run(args, out):
         # Which balancer is master now, asked while the workers apply.
         asked = pool.submit(balancers_now, cluster, selected, args.ssh_config)
         stages = rollout_stages(cluster, selected, asked.result, removing=args.remove)
-        return _roll_out(args, cluster, selected, stages, out, serving)
+        return _roll_out(args, cluster, selected, stages, out, serving, agreed)
 
 
-def _roll_out(args, cluster, selected, stages, out, serving=None):
+def _roll_out(args, cluster, selected, stages, out, serving=None, agreed=None):
     flags = (["--remove"] if args.remove else []) + (["--force"] if args.force else [])
     done, total, leaving, draining = [], len(selected), [], set()
     for label, stage in stages:
@@ -52,7 +53,7 @@ def _roll_out(args, cluster, selected, stages, out, serving=None):
         # goes once no balancer sends them traffic for it.
         first_pass = ["--keep-leaving"] if label == "workers" and not args.remove else []
         failed, held_back, still = _stage(args, cluster, label, stage, flags + first_pass, done,
-                                          out, total)
+                                          out, total, agreed)
         if failed:
             return _stopped(selected, done, failed, out)
         if serving and label == "balancer" and serving[stage[0].node][0] == "Established":
@@ -79,25 +80,25 @@ def _roll_out(args, cluster, selected, stages, out, serving=None):
 
 
 def _show_and_ask(args, cluster, selected, out):
-    """Each node's plan, then the question: None to go ahead, else the exit
-    status to stop with, nothing changed."""
-    pending, failed = plan_each(cluster, selected, args, out)
+    """Each node's plan, then the question: (None to go ahead, else the exit
+    status to stop with, nothing changed; {name: fingerprint of the plan shown})."""
+    pending, failed, fingerprints = plan_each(cluster, selected, args, out)
     if failed:
         planned = [t.node for t in selected if t.node not in failed]
         out.write(f"could not plan on {', '.join(failed)}; nothing was changed"
                   + (f" (to go on without {'it' if len(failed) == 1 else 'them'}: "
                      f"--node {','.join(planned)})" if planned else "") + "\n")
-        return 1
+        return 1, {}
     if not pending:
         # Nothing to ask about; apply still checks what runs on each node
         # (keepalived's table against its config), as with --yes.
         out.write(f"no changes planned on {len(selected)} node(s); applying to check them\n")
-        return None
+        return None, fingerprints
     verb = "Remove lbctl from" if args.remove else "Apply these changes to"
     if not ask(f"{verb} {', '.join(pending)}?", out=out):
         out.write("cancelled; nothing was changed\n")
-        return 1
-    return None
+        return 1, {}
+    return None, fingerprints
 
 
 def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
@@ -134,14 +135,21 @@ def _second_pass(cluster, selected, leaving, draining):
             "a balancer still drains connections to them")
 
 
-def _stage(args, cluster, label, stage, flags, done, out, total=None):
+def _stage(args, cluster, label, stage, flags, done, out, total=None, agreed=None):
     """Apply on one stage's nodes at once: ([failed names], [targets that held
-    removals back], {real server addresses a balancer still drains})."""
+    removals back], {real server addresses a balancer still drains}).
+    `agreed`: {name: fingerprint}, the plans shown before the question; a
+    node whose plan has changed since changes nothing."""
+    agreed = agreed or {}
+
+    def argv(target):
+        expect = ["--expect-plan", agreed[target.node]] if target.node in agreed else []
+        return ["apply", "-", "--node", target.node, *flags, *expect]
+
     count = f"[{len(done) + 1}-{len(done) + len(stage)}/{total}] " if total else ""
     progress(f"{count}{'removing from' if args.remove else 'applying on'} {label} "
              f"{', '.join(t.node for t in stage)} ...")
-    outcomes = run_on_each(stage, lambda t: ["apply", "-", "--node", t.node, *flags],
-                           cluster.text, args.ssh_config)
+    outcomes = run_on_each(stage, argv, cluster.text, args.ssh_config)
     failed = show_outcomes(stage, outcomes, out)
     held_back, draining = [], set()
     for target in stage:

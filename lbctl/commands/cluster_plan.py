@@ -2,6 +2,7 @@
 
 from lbctl.config import load_cluster
 from lbctl.errors import EXIT_CHANGES, EXIT_UNCHECKED
+from lbctl.plan import FINGERPRINT_MARK
 from lbctl.remote.blocks import node_block, progress
 from lbctl.remote.fleet import select
 from lbctl.remote.ssh import run_on_each
@@ -10,7 +11,7 @@ from lbctl.remote.ssh import run_on_each
 def run(args, out):
     cluster = load_cluster(args.file)
     selected = select(cluster, args.node)
-    pending, failed = plan_each(cluster, selected, args, out)
+    pending, failed, _ = plan_each(cluster, selected, args, out)
     out.write(f"changes pending on {', '.join(pending) or 'no node'}"
               + (f"; could not plan on {', '.join(failed)}" if failed else "") + "\n")
     if failed:
@@ -20,13 +21,15 @@ def run(args, out):
 
 def plan_each(cluster, selected, args, out):
     """Print each selected node's plan; ([names with changes pending],
-    [names that could not plan]).  apply --all shows the same before it asks."""
+    [names that could not plan], {name: its plan's fingerprint}).  apply
+    --all shows the same before it asks, and has each node apply only the
+    plan it showed."""
     flags = (["--remove"] if args.remove else []) + (["--force"] if args.force else [])
     progress(f"planning on {len(selected)} node(s) ...")
     outcomes = run_on_each(selected, lambda t: ["plan", "-", "--node", t.node,
-                                                "--detailed-exitcode", *flags],
+                                                "--detailed-exitcode", "--fingerprint", *flags],
                            cluster.text, args.ssh_config)
-    pending, failed = [], []
+    pending, failed, fingerprints = [], [], {}
     for target in selected:
         outcome = outcomes[target.node]
         # A problem first: an lbctl too old for --expect-version exits 2 as well.
@@ -35,4 +38,7 @@ def plan_each(cluster, selected, args, out):
         elif outcome.returncode == EXIT_CHANGES:
             pending.append(target.node)
         out.write(node_block(outcome, "FAILED" if target.node in failed else None) + "\n")
-    return pending, failed
+        for line in outcome.stderr.splitlines():
+            if line.startswith(FINGERPRINT_MARK + ": "):
+                fingerprints[target.node] = line.partition(": ")[2].strip()
+    return pending, failed, fingerprints

@@ -34,7 +34,8 @@ def commands(parser, path=("lbctl",), help_text=""):
                 here.subcommands.append((name, helps.get(name, "")))
                 below.append((name, sub, helps.get(name, "")))
         elif action.option_strings:
-            here.options.append(action)
+            if action.help != argparse.SUPPRESS:  # lbctl's own, between its processes
+                here.options.append(action)
         else:
             here.positionals.append(action)
     yield here

@@ -135,10 +135,11 @@ class LabSsh:
         done.seconds = time.monotonic() - started
         return done
 
-    def lbctl_all_on_a_terminal(self, *args, answer, timeout=600):
+    def lbctl_all_on_a_terminal(self, *args, answer, timeout=600, meanwhile=None):
         """lbctl with --all from the client namespace on a pseudo-terminal, as a
-        person types it: `answer` is typed once lbctl asks.  Returns (exit
-        status, what the terminal showed, whether lbctl asked)."""
+        person types it: `answer` is typed once lbctl asks, after `meanwhile()`
+        if given (what happens while the person reads).  Returns (exit status,
+        what the terminal showed, whether lbctl asked)."""
         import pty
         import select
 
@@ -165,6 +166,8 @@ class LabSsh:
                     break
                 shown += chunk
                 if not asked and shown.rstrip().endswith(b"[y/N]"):
+                    if meanwhile is not None:
+                        meanwhile()
                     os.write(fd, answer.encode())
                     asked = True
             else:
