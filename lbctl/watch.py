@@ -3,9 +3,10 @@
 Each frame is computed from the node's status (status/collect.py) and the one
 before it, so the rates are what happened during the last interval rather
 than the kernel's slow moving averages.  On a terminal, curses draws each
-frame over the last (it sends only what changed, so nothing flickers), follows the terminal's
-size, and gives the shell's screen back as it was on Ctrl-C or `q`.  A
-terminal too small for the frame shows what fits and says how much is cut.
+frame over the last (it sends only what changed, so nothing flickers),
+follows the terminal's size, and gives the shell's screen back as it was on
+Ctrl-C or `q`.  A terminal too small for the frame shows what fits and says
+how much is cut.
 Elsewhere (a pipe, a log) each frame is printed plainly.
 """
 

@@ -10,7 +10,7 @@ from lbctl.plan import DEFERRED_MARK, DRAINING_MARK
 from lbctl.remote.fleet import back_in_service, balancers_now, bgp_offers, rollout_stages, select
 from lbctl.remote.ssh import run_on_each
 from lbctl.remote.blocks import node_block, progress, show_outcomes
-from lbctl.remote.confirm import ask, require_a_way_to_ask
+from lbctl.remote.confirm import CANCELLED, ask, require_a_way_to_ask
 
 # Mode ecmp: how long a balancer just applied may take to serve again (its
 # BGP session back, its checks passed, its VIPs offered) before the rollout
@@ -96,7 +96,7 @@ def _show_and_ask(args, cluster, selected, out):
         return None, fingerprints
     verb = "Remove lbctl from" if args.remove else "Apply these changes to"
     if not ask(f"{verb} {', '.join(pending)}?", out=out):
-        out.write("cancelled; nothing was changed\n")
+        out.write(f"{CANCELLED}\n")
         return 1, {}
     return None, fingerprints
 

@@ -16,7 +16,7 @@ from lbctl.commands.cluster_drain import on_balancers, wait_idle
 from lbctl.config import load_cluster
 from lbctl.errors import UsageError
 from lbctl.remote.blocks import progress
-from lbctl.remote.confirm import ask, require_a_way_to_ask
+from lbctl.remote.confirm import CANCELLED, ask, require_a_way_to_ask
 from lbctl.remote.ssh import targets
 
 HEALTH_POLL = 2.0  # seconds between asking the balancers for health
@@ -34,7 +34,7 @@ def run(args, out):
         order = order[order.index(args.start_at):]
     batches = [order[i:i + args.batch] for i in range(0, len(order), args.batch)]
     if not args.yes and not _agreed(args, balancers, batches, out):
-        out.write("cancelled; nothing was changed\n")
+        out.write(f"{CANCELLED}\n")
         return 1
     done = []
     for number, batch in enumerate(batches):

@@ -44,6 +44,10 @@ def require_a_way_to_ask(what, yes, stdin=None, out=None, err=None):
                        "to ask on: pass --yes to go ahead without asking; nothing was changed")
 
 
+# What a fleet command says when the answer was no (or Ctrl-C).
+CANCELLED = "cancelled; nothing was changed"
+
+
 def ask(question, stdin=None, out=None, err=None):
     """Ask on the terminal; True only for y or yes.  End of input is a no.
     What was typed before the question (while the plans came in) is dropped:
@@ -57,7 +61,7 @@ def ask(question, stdin=None, out=None, err=None):
     try:
         answer = stdin.readline()
     except KeyboardInterrupt:
-        where.write("\ncancelled; nothing was changed\n")
+        where.write(f"\n{CANCELLED}\n")
         where.flush()
         raise
     if not answer.endswith("\n"):
