@@ -103,7 +103,7 @@ class Layout:
 
     @property
     def lock(self):
-        """One lbctl at a time changing this cluster here (lbctl.lock)."""
+        """One lbctl at a time changing this cluster here (lbctl.records.lock)."""
         return f"{RUN_DIR}/{self.cluster}.lock"
 
     @property

@@ -459,9 +459,9 @@ def test_a_takeover_carries_on_a_connection_the_peer_had_not_synced_yet(lab, pai
 APPLY_WITH_A_CONFIG_KEEPALIVED_REJECTS = """
 import dataclasses, sys
 from lbctl.errors import ApplyError
-from lbctl.execute import execute
+from lbctl.engine.execute import execute
 from lbctl.layout import Layout
-from lbctl.node import load_node
+from lbctl.engine.node import load_node
 
 ctx = load_node(sys.argv[1], "lb1", sys.argv[2])
 conf = Layout("lab").conf

@@ -4,7 +4,7 @@ import io
 import json
 
 from helpers import PI_SINGLE, cluster_from
-from lbctl.connections import Filter, Names, entries, write_json, write_text
+from lbctl.status.connections import Filter, Names, entries, write_json, write_text
 
 # As the kernel writes it: hex addresses and ports, a persistence template
 # (state NONE, client port 0), and a UDP flow.

@@ -11,12 +11,12 @@ from ipaddress import IPv4Address
 from fakes import FakeAddresses, FakeDaemon, FakeFiles, FakeIpvs, FakeSysctls
 from helpers import PI_ECMP, cluster_from
 from lbctl.adapters.protocols import Adapters
-from lbctl.desired import BootApply, desired_state, leaving_real_servers
-from lbctl.execute import execute
+from lbctl.engine.desired import BootApply, desired_state, leaving_real_servers
+from lbctl.engine.execute import execute
 from lbctl.layout import Layout
-from lbctl.observe import observe
-from lbctl.ownership import read_ownership
-from lbctl.plan import format_plan, make_plan
+from lbctl.engine.observe import observe
+from lbctl.records.ownership import read_ownership
+from lbctl.engine.plan import format_plan, make_plan
 from lbctl.state import NodeState
 
 ECMP = PI_ECMP

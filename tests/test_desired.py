@@ -5,7 +5,7 @@ from ipaddress import IPv4Address
 import pytest
 
 from helpers import cluster_from
-from lbctl.desired import desired_state, find_node
+from lbctl.engine.desired import desired_state, find_node
 from lbctl.errors import NodeError
 from lbctl.render.systemd import exec_start_lines
 from lbctl.state import Address, DestSpec, ServiceSpec
@@ -96,7 +96,7 @@ def test_every_sysctl_in_the_shipped_file_carries_a_reason():
 
 
 def test_a_balancer_keeps_a_copy_of_the_file_and_a_boot_unit_that_applies_it():
-    from lbctl.desired import BootApply, strip_saved_copy_header
+    from lbctl.engine.desired import BootApply, strip_saved_copy_header
 
     from helpers import PI_SINGLE
 

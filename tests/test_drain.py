@@ -5,9 +5,9 @@ from ipaddress import IPv4Address
 from helpers import PI_SINGLE, cluster_from
 from lbctl.adapters.protocols import IpvsDest, IpvsService
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.desired import desired_state, leaving_real_servers
-from lbctl.health import Reported, ipvs_drift
-from lbctl.plan import DRAIN, DRAINING, KEEPALIVED, REMOVE, fingerprint, make_plan
+from lbctl.engine.desired import desired_state, leaving_real_servers
+from lbctl.status.health import Reported, ipvs_drift
+from lbctl.engine.plan import DRAIN, DRAINING, KEEPALIVED, REMOVE, fingerprint, make_plan
 from lbctl.layout import Layout
 from lbctl.state import DaemonSpec, DestSpec, NodeState, Ownership, ServiceSpec
 

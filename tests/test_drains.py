@@ -9,11 +9,11 @@ from helpers import PI_SINGLE, cluster_from
 from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.protocols import IpvsDest, IpvsService
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.desired import SAVED_COPY_HEADER, BootApply, desired_state
-from lbctl.drains import drained_dests, read_drains, with_drain, without_drain, write_drains
+from lbctl.engine.desired import SAVED_COPY_HEADER, BootApply, desired_state
+from lbctl.records.drains import drained_dests, read_drains, with_drain, without_drain, write_drains
 from lbctl.errors import NodeError
-from lbctl.health import Reported, ipvs_drift
-from lbctl.plan import make_plan
+from lbctl.status.health import Reported, ipvs_drift
+from lbctl.engine.plan import make_plan
 from lbctl.layout import Layout
 from lbctl.state import DestSpec, NodeState, Ownership
 
@@ -150,7 +150,7 @@ def test_a_drain_is_refused_when_it_would_leave_a_service_without_a_worker():
 
 def test_a_drain_carries_out_the_workers_weights_and_keepalived_only():
     from lbctl.commands.drain import drain_changes
-    from lbctl.plan import Change, Plan
+    from lbctl.engine.plan import Change, Plan
 
     plan = Plan("lb1", "balancer", "pi-web", changes=[
         Change("change", "real server", PI2_WEB, DestSpec(0), DestSpec(1)),

@@ -17,9 +17,9 @@ from lbctl.config import load_cluster
 from pathlib import Path
 
 from helpers import PI_ECMP, install_hook, keepalived_findings
-from lbctl.bgp import bgp_report, format_bgp
+from lbctl.status.bgp import bgp_report, format_bgp
 from lbctl.config.model import Bfd, Bgp
-from lbctl.desired import desired_state
+from lbctl.engine.desired import desired_state
 from lbctl.render.bird import render_announce_map, render_bird_conf
 from lbctl.layout import Layout
 from lbctl.render.systemd import exec_start_lines

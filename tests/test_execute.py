@@ -9,12 +9,12 @@ from fakes import FakeAddresses, FakeFiles, FakeIpvs, FakeSysctls
 from helpers import PI_SINGLE, cluster_from
 from lbctl.adapters.protocols import Adapters
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.desired import desired_state
+from lbctl.engine.desired import desired_state
 from lbctl.errors import ApplyError
-from lbctl.execute import execute
-from lbctl.observe import observe
-from lbctl.ownership import read_ownership
-from lbctl.plan import fingerprint, make_plan
+from lbctl.engine.execute import execute
+from lbctl.engine.observe import observe
+from lbctl.records.ownership import read_ownership
+from lbctl.engine.plan import fingerprint, make_plan
 from lbctl.state import ServiceSpec
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
@@ -362,8 +362,8 @@ def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
 
 
 def test_every_kind_of_change_has_one_way_to_be_carried_out():
-    from lbctl.execute import LOCAL_HANDLERS
-    from lbctl.plan import DAEMON_KINDS, IPVS_KINDS, Kind
+    from lbctl.engine.execute import LOCAL_HANDLERS
+    from lbctl.engine.plan import DAEMON_KINDS, IPVS_KINDS, Kind
 
     # One at a time through its handler, IPVS in batches, the daemons through theirs.
     assert set(LOCAL_HANDLERS) | set(IPVS_KINDS) | set(DAEMON_KINDS) == set(Kind)

@@ -12,10 +12,10 @@ from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsSnapshot, SyncDaemon
 from lbctl.commands.exporter import parse_listen
 from lbctl.config.model import ServiceKey
-from lbctl.drains import with_drain, write_drains
+from lbctl.records.drains import with_drain, write_drains
 from lbctl.errors import UsageError
-from lbctl.exporter import LbctlCollector
-from lbctl.last_apply import record_last_apply
+from lbctl.status.exporter import LbctlCollector
+from lbctl.records.last_apply import record_last_apply
 
 PAIR = PI_SINGLE.replace(
     "  lb1: {address: 192.168.100.2, interface: eth0}\n",
@@ -188,7 +188,7 @@ def test_an_apply_that_fails_with_any_error_is_recorded_as_failed(tmp_path, monk
     from types import SimpleNamespace
 
     from lbctl.commands import apply
-    from lbctl.last_apply import read_last_apply
+    from lbctl.records.last_apply import read_last_apply
 
     path = tmp_path / "pi-web.yaml"
     path.write_text(PI_SINGLE)

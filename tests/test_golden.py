@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lbctl.config import load_cluster
-from lbctl.desired import KEEPALIVED_SCRIPTS, BootApply, desired_state
-from lbctl.plan import format_plan, make_plan
+from lbctl.engine.desired import KEEPALIVED_SCRIPTS, BootApply, desired_state
+from lbctl.engine.plan import format_plan, make_plan
 from lbctl.layout import Layout
 from lbctl.state import NodeState, Ownership
 

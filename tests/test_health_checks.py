@@ -13,7 +13,7 @@ from helpers import PI_SINGLE, cluster_from, keepalived_findings, keepalived_tes
 from lbctl.adapters.protocols import IpvsDest, IpvsService
 from lbctl.config.model import ServiceKey
 from lbctl.errors import ConfigError
-from lbctl.health import Reported, ipvs_drift, wait_for_ipvs
+from lbctl.status.health import Reported, ipvs_drift, wait_for_ipvs
 from lbctl.render.keepalived import (
     render_keepalived_conf, script_text,
 )

@@ -14,13 +14,13 @@ from lbctl.adapters.keepalived import KeepalivedDaemon
 from lbctl.adapters.protocols import Adapters, IpvsDest, IpvsService
 from lbctl.adapters.systemd import Systemd
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.desired import BootApply, desired_state, leaving_real_servers
+from lbctl.engine.desired import BootApply, desired_state, leaving_real_servers
 from lbctl.errors import ApplyError, ConfigError
-from lbctl.execute import execute
-from lbctl.health import Reported, ipvs_drift
-from lbctl.observe import observe
-from lbctl.ownership import read_ownership
-from lbctl.plan import format_plan, make_plan
+from lbctl.engine.execute import execute
+from lbctl.status.health import Reported, ipvs_drift
+from lbctl.engine.observe import observe
+from lbctl.records.ownership import read_ownership
+from lbctl.engine.plan import format_plan, make_plan
 from lbctl.render.systemd import exec_start_lines
 from lbctl.render.keepalived import (
     SCRIPT_USER, render_keepalived_conf, script_text,
@@ -440,7 +440,7 @@ def test_the_notify_hook_records_state_and_time(tmp_path):
     subprocess.run([str(script), str(tmp_path), "health", "web", "pi1", "down"], check=True)
     subprocess.run([str(script), str(tmp_path), "vrrp", "INSTANCE", "lbctl_pi-web", "MASTER",
                     "150"], check=True)
-    from lbctl.health import read_state_dir
+    from lbctl.status.health import read_state_dir
 
     found = read_state_dir(str(tmp_path))
     assert found["health.web@pi1"].state == "down" and found["vrrp"].state == "MASTER"
@@ -461,7 +461,7 @@ def test_a_hook_started_before_the_one_on_record_changes_nothing(tmp_path):
     # keepalived forks a hook per event without waiting: the MASTER hook of a
     # takeover a second before a BACKUP can run last.  The record keeps when
     # its hook was forked (clock ticks since boot, then PID).
-    from lbctl.health import read_state_dir
+    from lbctl.status.health import read_state_dir
 
     script = install_hook(tmp_path, "lbctl-notify")
 

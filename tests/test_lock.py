@@ -9,11 +9,11 @@ import time
 import pytest
 
 from lbctl.errors import NodeError
-from lbctl.lock import node_locked
+from lbctl.records.lock import node_locked
 
 HOLD = """
 import sys, time
-from lbctl.lock import node_locked
+from lbctl.records.lock import node_locked
 with node_locked(sys.argv[1], "pi-web", holder="lbctl apply"):
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from lbctl.errors import NodeError
-from lbctl.ownership import decode, read_ownership
+from lbctl.records.ownership import decode, read_ownership
 from test_execute import RemovingNode
 
 RECORD = "/var/lib/lbctl/pi-web.json"
@@ -59,7 +59,7 @@ def test_a_section_of_the_wrong_kind_is_a_damaged_record_not_a_traceback(damage)
 
 @pytest.mark.parametrize("cluster", ["PURPOSE", "pi-web", "a.b"])
 def test_a_record_owns_only_its_own_cluster_s_units(cluster):
-    from lbctl.ownership import owned_paths_pattern
+    from lbctl.records.ownership import owned_paths_pattern
 
     ours = owned_paths_pattern(cluster)
     assert ours.fullmatch(f"/etc/systemd/system/lbctl-{cluster}-keepalived.service")

@@ -4,8 +4,8 @@ from ipaddress import IPv4Address
 
 from helpers import PI_SINGLE, cluster_from
 from lbctl.config.model import DestKey, ServiceKey
-from lbctl.desired import desired_state
-from lbctl.plan import ADD, CHANGE, DRAIN, DRAINING, REMOVE, format_plan, make_plan
+from lbctl.engine.desired import desired_state
+from lbctl.engine.plan import ADD, CHANGE, DRAIN, DRAINING, REMOVE, format_plan, make_plan
 from lbctl.state import Address, DestSpec, NodeState, Ownership, ServiceSpec
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)

@@ -15,7 +15,7 @@ from lbctl.adapters import keepalived
 from lbctl.adapters.addrs import AddressIp
 from lbctl.adapters.programs import run
 from lbctl.errors import ApplyError
-from lbctl.health import MAX_SETTLE_WAIT, settle_seconds
+from lbctl.status.health import MAX_SETTLE_WAIT, settle_seconds
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root")
 
@@ -141,7 +141,7 @@ def venv_with_lbctl(folder):
 def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(folder_under):
     root_only_folder = folder_under("/run")
     from lbctl.errors import NodeError
-    from lbctl.node import require_root_only_python
+    from lbctl.engine.node import require_root_only_python
 
     venv, package = venv_with_lbctl(root_only_folder)
     python = str(venv / "bin" / "python")
@@ -170,7 +170,7 @@ def test_the_boot_unit_runs_only_a_python_and_lbctl_that_only_root_can_change(fo
 @needs_root
 def test_a_python_that_cannot_import_lbctl_isolated_gets_no_boot_unit(folder_under):
     from lbctl.errors import NodeError
-    from lbctl.node import require_root_only_python
+    from lbctl.engine.node import require_root_only_python
 
     venv, package = venv_with_lbctl(folder_under("/run"))
     shutil.rmtree(package)  # lbctl only through PYTHONPATH or a user site: -I drops both

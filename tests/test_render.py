@@ -10,7 +10,7 @@ import pytest
 
 from helpers import cluster_from
 from lbctl import cache
-from lbctl.desired import BootApply, desired_state
+from lbctl.engine.desired import BootApply, desired_state
 from lbctl.layout import Layout
 from lbctl.render.sysctl import render_worker_sysctl
 from lbctl.render.systemd import render_worker_unit

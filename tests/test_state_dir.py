@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from helpers import install_hook
-from lbctl.health import read_state_dir, read_transitions
+from lbctl.status.health import read_state_dir, read_transitions
 from lbctl.render.keepalived import script_text
 
 

@@ -198,7 +198,7 @@ def test_the_ipvs_adapter_reports_a_missing_ipvs_family_as_not_loaded_and_loads_
 def test_without_a_file_status_names_the_cluster_and_node_last_applied_here(tmp_path):
     from lbctl.adapters.files import FilesRoot
     from lbctl.status.collect import collect
-    from lbctl.ownership import write_ownership
+    from lbctl.records.ownership import write_ownership
     from lbctl.state import Ownership
 
     write_ownership(FilesRoot(str(tmp_path)), "/var/lib/lbctl", "pi-web",

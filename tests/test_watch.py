@@ -9,7 +9,7 @@ from lbctl.config.model import DestKey, ServiceKey
 from lbctl.status.collect import service_status
 from lbctl.status.model import HealthStatus, KeepalivedStatus, NodeStatus, VrrpStatus
 from lbctl.status.render import Names
-from lbctl.watch import fit, frame, watch
+from lbctl.status.watch import fit, frame, watch
 
 WEB = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
 PI1, PI2 = IPv4Address("192.168.100.3"), IPv4Address("192.168.100.4")
@@ -57,7 +57,7 @@ def test_a_frame_without_ip_vs_says_it_is_not_loaded():
 WATCHING = """
 import signal
 import sys
-from lbctl.watch import watch
+from lbctl.status.watch import watch
 # Ctrl-C as a person's terminal delivers it to lbctl: a test runner started
 # in the background can hand its children SIGINT ignored or blocked.
 signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -1,14 +1,14 @@
 import time
 
 from lbctl.config import load_cluster
-from lbctl.drains import describe_drains
+from lbctl.status.render import describe_drains
 from lbctl.errors import PlanChanged, UsageError
-from lbctl.execute import execute, note_loaded
-from lbctl.last_apply import record_last_apply
-from lbctl.lock import node_locked
+from lbctl.engine.execute import execute, note_loaded
+from lbctl.records.last_apply import record_last_apply
+from lbctl.records.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
-from lbctl.node import load_node
-from lbctl.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, Kind, fingerprint, format_plan
+from lbctl.engine.node import load_node
+from lbctl.engine.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, Kind, fingerprint, format_plan
 from lbctl.state import KEEPALIVED
 
 
@@ -136,7 +136,7 @@ def _print_report(ctx, report, out, removed=False):
 def _timeout_drift(ctx, waited, patience=5.0):
     """keepalived sets the file's timeouts as its checker process (re)starts,
     which after a reload signal takes a moment; give it that before naming drift."""
-    from lbctl.health import timeout_drift
+    from lbctl.status.health import timeout_drift
 
     deadline = time.monotonic() + (patience if waited else 0)
     while True:
@@ -149,7 +149,7 @@ def _timeout_drift(ctx, waited, patience=5.0):
 def check_keepalived_table(ctx, out, waited):
     """After keepalived (re)starts, wait for its IPVS table; then name any drift."""
     from lbctl.errors import ApplyError
-    from lbctl.health import describe_health, settle_seconds, wait_for_ipvs
+    from lbctl.status.health import describe_health, settle_seconds, wait_for_ipvs
 
     keepalived = ctx.adapters.daemons[KEEPALIVED]
     layout = keepalived.layout

@@ -6,7 +6,7 @@ from lbctl import __version__
 from lbctl.commands.cluster_plan import plan_each
 from lbctl.config import load_cluster
 from lbctl.config.model import Mode
-from lbctl.plan import DEFERRED_MARK, DRAINING_MARK
+from lbctl.engine.plan import DEFERRED_MARK, DRAINING_MARK
 from lbctl.remote.fleet import back_in_service, balancers_now, bgp_offers, rollout_stages, select
 from lbctl.remote.ssh import run_on_each
 from lbctl.remote.blocks import node_block, progress, show_outcomes

@@ -2,7 +2,7 @@
 
 from lbctl.config import load_cluster
 from lbctl.errors import EXIT_CHANGES, EXIT_UNCHECKED
-from lbctl.plan import FINGERPRINT_MARK
+from lbctl.engine.plan import FINGERPRINT_MARK
 from lbctl.remote.blocks import node_block, progress
 from lbctl.remote.fleet import select
 from lbctl.remote.ssh import run_on_each

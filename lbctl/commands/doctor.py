@@ -5,10 +5,10 @@ from lbctl.errors import NodeError
 
 def run(args, out):
     from lbctl.adapters.addrs import AddressIp
-    from lbctl.desired import role_of
+    from lbctl.engine.desired import role_of
     from lbctl.doctor import facts as host, local
     from lbctl.doctor.report import NotRun, format_json, format_text, merge
-    from lbctl.observe import node_interface
+    from lbctl.engine.observe import node_interface
 
     cluster, file_hint = _cluster(args)
     addresses = AddressIp().list()
@@ -58,7 +58,7 @@ def _cluster(args):
     if args.file is not None:
         # Read from standard input (as --all sends it), the file has no name here.
         return load_cluster(args.file), "FILE" if args.file == "-" else args.file
-    from lbctl.saved import applied_cluster
+    from lbctl.records.saved import applied_cluster
 
     try:
         cluster, path = applied_cluster(args.root)
@@ -70,7 +70,7 @@ def _cluster(args):
 
 def _this_node(cluster, addresses, requested):
     """This host's node name, or None for a host on the LAN that is no node."""
-    from lbctl.desired import find_node
+    from lbctl.engine.desired import find_node
 
     local = {ip for ip, _p, _n in addresses}
     if requested is None and not local & set(cluster.node_names_by_address()):
@@ -80,7 +80,7 @@ def _this_node(cluster, addresses, requested):
 
 def _interface_missing(cluster, here, ifname, facts, addresses):
     from lbctl.doctor.report import Finding
-    from lbctl.observe import interface_of
+    from lbctl.engine.observe import interface_of
 
     actual = interface_of(addresses, _node_address(cluster, here))
     return Finding(

@@ -15,13 +15,13 @@ from lbctl.errors import LbctlError, NodeError, UsageError
 def run(args, out):
     from lbctl.adapters.addrs import local_ipv4_addresses
     from lbctl.adapters.files import FilesRoot
-    from lbctl.desired import find_node, role_of
-    from lbctl.drains import (
+    from lbctl.engine.desired import find_node, role_of
+    from lbctl.records.drains import (
         drained_dests, read_drains, with_drain, without_drain, write_drains,
     )
-    from lbctl.lock import node_locked
-    from lbctl.node import load_node
-    from lbctl.saved import applied_cluster
+    from lbctl.records.lock import node_locked
+    from lbctl.engine.node import load_node
+    from lbctl.records.saved import applied_cluster
 
     undrain = args.command == "undrain"
     name = None
@@ -132,7 +132,7 @@ def _worker_dests(cluster, worker, service=None):
 def drain_changes(plan, keys, conf):
     """The part of a plan a drain carries out: the weights of `keys` (netlink
     engine), or keepalived's config `conf` and its reload."""
-    from lbctl.plan import CHANGE, Kind
+    from lbctl.engine.plan import CHANGE, Kind
 
     return [c for c in plan.changes
             if (c.kind == Kind.REAL_SERVER and c.action == CHANGE and c.key in keys)
@@ -143,7 +143,7 @@ def drain_changes(plan, keys, conf):
 def _make_weights_follow(ctx, keys, out):
     """Carry out drain_changes(); other differences from the file are left to
     `lbctl apply`, and so is the ownership record."""
-    from lbctl.execute import execute
+    from lbctl.engine.execute import execute
 
     conf = ctx.desired.keepalived.config if ctx.desired.keepalived else None
     ours = drain_changes(ctx.plan, keys, conf)

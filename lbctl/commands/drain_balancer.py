@@ -25,10 +25,10 @@ def run(args, out):
     from lbctl.adapters.addrs import local_ipv4_addresses
     from lbctl.adapters.files import FilesRoot
     from lbctl.adapters.keepalived import sync_offers
-    from lbctl.desired import find_node
-    from lbctl.lock import node_locked
+    from lbctl.engine.desired import find_node
+    from lbctl.records.lock import node_locked
     from lbctl.layout import Layout
-    from lbctl.saved import applied_cluster
+    from lbctl.records.saved import applied_cluster
 
     drain = args.command == "drain-balancer"
     name = None
@@ -58,7 +58,7 @@ def run(args, out):
         out.write(f"{node} offers the router its VIPs again, for each one whose services "
                   "have a healthy worker here\n")
         return 0
-    from lbctl.bgp import bgp_report
+    from lbctl.status.bgp import bgp_report
 
     bird = bgp_report(layout.real(layout.bird_socket))
     if bird["error"] or bird["offered"]:

@@ -20,8 +20,8 @@ def run(args, out):
     from prometheus_client.registry import CollectorRegistry
 
     from lbctl.adapters.ipvs import IpvsNetlink
-    from lbctl.saved import saved_clusters
-    from lbctl.exporter import LbctlCollector
+    from lbctl.records.saved import saved_clusters
+    from lbctl.status.exporter import LbctlCollector
 
     from lbctl.config.model import DEFAULT_EXPORTER_LISTEN
 
@@ -140,8 +140,8 @@ def _stop(_signum, _frame):
 def _drift(root, cluster):
     """How many changes apply of the cluster as last applied would make; None if unknown."""
     from lbctl.errors import LbctlError
-    from lbctl.node import load_node
-    from lbctl.saved import applied_cluster
+    from lbctl.engine.node import load_node
+    from lbctl.records.saved import applied_cluster
 
     try:
         applied, saved = applied_cluster(root, cluster.name)

@@ -2,10 +2,10 @@ import sys
 import time
 
 from lbctl.config import load_cluster
-from lbctl.drains import describe_drains
+from lbctl.status.render import describe_drains
 from lbctl.errors import EXIT_CHANGES
-from lbctl.node import load_node
-from lbctl.plan import FINGERPRINT_MARK, fingerprint, format_plan
+from lbctl.engine.node import load_node
+from lbctl.engine.plan import FINGERPRINT_MARK, fingerprint, format_plan
 
 
 def run(args, out):

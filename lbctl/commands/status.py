@@ -13,7 +13,7 @@ def run(args, out):
     if args.file is not None:
         from lbctl.adapters.addrs import local_ipv4_addresses
         from lbctl.config import load_cluster
-        from lbctl.desired import find_node
+        from lbctl.engine.desired import find_node
 
         cluster = load_cluster(args.file)
         node = find_node(cluster, local_ipv4_addresses(), args.node)
@@ -40,7 +40,7 @@ def run_watch(args, out):
     from lbctl.adapters.ipvs import IpvsNetlink
     from lbctl.status.collect import collect
     from lbctl.status.render import Names
-    from lbctl.watch import frame, watch
+    from lbctl.status.watch import frame, watch
 
     names = Names.of(_clusters_named(args))
     ipvs = IpvsNetlink(load_module=False)
@@ -56,14 +56,14 @@ def _clusters_named(args):
         from lbctl.config import load_cluster
 
         return [load_cluster(args.file)]
-    from lbctl.saved import saved_clusters
+    from lbctl.records.saved import saved_clusters
 
     return saved_clusters(args.root, strict=False)
 
 
 def run_connections(args, out):
     """The connection table with names: from FILE, else the saved copies here."""
-    from lbctl.connections import Filter, Names, entries, write_json, write_text
+    from lbctl.status.connections import Filter, Names, entries, write_json, write_text
     from lbctl.errors import UsageError
     from lbctl.status.collect import keepalived_states
 
@@ -93,7 +93,7 @@ def run_connections(args, out):
 def drift(args, cluster, node):
     """(what apply would change here, None), or (None, why that is not known)."""
     from lbctl.errors import LbctlError
-    from lbctl.node import load_node
+    from lbctl.engine.node import load_node
 
     try:
         ctx = load_node(args.file, node, args.root, cluster=cluster, read_only=True)

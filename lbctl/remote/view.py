@@ -102,7 +102,7 @@ def _vrrp_line(status, cluster_name, now):
 
 
 def _table_lines(status, services, workers, cluster_name, now):
-    from lbctl.health import for_how_long
+    from lbctl.status.health import for_how_long
 
     if not status.ipvs_loaded:
         return ["  IPVS not loaded"]

@@ -23,7 +23,7 @@ def collect(root="/", cluster=None, node=None, ipvs=None, conn_sync_table=CONN_S
     """This node's NodeStatus.  cluster and node name what it reports on; without
     them, the clusters applied here are read from their ownership records."""
     from lbctl.adapters.addrs import AddressIp
-    from lbctl.saved import saved_clusters
+    from lbctl.records.saved import saved_clusters
 
     addresses = AddressIp().list()
     if ipvs is None:
@@ -73,11 +73,11 @@ def _arp(addresses):
 def _reported_on(root, cluster, node):
     """The cluster given, or those applied on this host."""
     if cluster is not None:
-        from lbctl.desired import role_of
+        from lbctl.engine.desired import role_of
 
         return (ClusterOnNode(cluster.name, node, role_of(cluster, node)),)
     from lbctl.layout import OWNERSHIP_DIR
-    from lbctl.ownership import applied_here
+    from lbctl.records.ownership import applied_here
 
     return tuple(ClusterOnNode(name, applied_node, None)
                  for name, applied_node in applied_here(root, OWNERSHIP_DIR))
@@ -87,9 +87,9 @@ def drains_here(root, clusters=None):
     """({DestKey} drained, (DrainStatus, ...)) on this balancer, for the
     clusters given or those with a saved copy here."""
     from lbctl.adapters.files import FilesRoot
-    from lbctl.drains import drained_dests, read_drains
+    from lbctl.records.drains import drained_dests, read_drains
     from lbctl.errors import LbctlError
-    from lbctl.saved import saved_clusters
+    from lbctl.records.saved import saved_clusters
 
     clusters = saved_clusters(root, strict=False) if clusters is None else clusters
     keys, listed = set(), []
@@ -183,10 +183,10 @@ def keepalived_states(root, clusters=None, bgp=False):
     report yet is listed with state None: keepalived may have added it down
     without a word (a worker a reload brings in).  `bgp`: in mode ecmp, ask
     BIRD too (as root: the exporter's user cannot)."""
-    from lbctl.health import read_state_dir, read_transitions, workers_health
+    from lbctl.status.health import read_state_dir, read_transitions, workers_health
 
     if clusters is None:
-        from lbctl.saved import saved_clusters
+        from lbctl.records.saved import saved_clusters
 
         clusters = saved_clusters(root, strict=False)
     running = {c.name: c for c in clusters}
@@ -194,7 +194,7 @@ def keepalived_states(root, clusters=None, bgp=False):
     found = {}
     for cluster in sorted(os.listdir(base)) if os.path.isdir(base) else []:
         if not os.path.isdir(os.path.join(base, cluster)):
-            continue  # a cluster's lock file (lbctl/lock.py)
+            continue  # a cluster's lock file (lbctl/records/lock.py)
         layout = Layout(cluster, root)
         state_dir = layout.real(layout.state_dir)
         reported = read_state_dir(state_dir)
@@ -218,7 +218,7 @@ def keepalived_states(root, clusters=None, bgp=False):
 
 
 def _bgp(layout, config):
-    from lbctl.bgp import bgp_report
+    from lbctl.status.bgp import bgp_report
 
     return bgp_status(bgp_report(layout.real(layout.bird_socket)), str(config.bgp.router))
 

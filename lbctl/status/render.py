@@ -57,7 +57,7 @@ def format_status(status, now=None):
 def role_line(info, now):
     """A cluster's keepalived in a few words: its VRRP role and since when, or
     why it has none (`info`: a KeepalivedStatus)."""
-    from lbctl.health import for_how_long
+    from lbctl.status.health import for_how_long
 
     if info.vrrp is not None:
         return f"VRRP {info.vrrp.state} {for_how_long(now, info.vrrp.since)}"
@@ -67,13 +67,13 @@ def role_line(info, now):
 
 
 def _keepalived(states, now):
-    from lbctl.health import for_how_long
+    from lbctl.status.health import for_how_long
 
     lines = []
     for cluster, info in states.items():
         lines.append(f"keepalived for cluster {cluster}: {role_line(info, now)}")
         if info.bgp is not None:
-            from lbctl.bgp import format_bgp
+            from lbctl.status.bgp import format_bgp
 
             lines += format_bgp(info.bgp, now)
         for h in info.health:
@@ -84,9 +84,21 @@ def _keepalived(states, now):
     return lines
 
 
-def _drains(drains, now):
-    from lbctl.drains import drain_line
+def describe_drains(ctx, now):
+    """Lines for plan and apply: who is drained, where, since when."""
+    problem = [f"WARNING: {ctx.drain_problem}"] if ctx.drain_problem else []
+    return problem + [drain_line(d.worker, d.describe(), d.since, now)
+                      for d in sorted(ctx.drains.values(), key=lambda d: d.worker)]
 
+
+def drain_line(worker, services, since, now):
+    from lbctl.status.health import for_how_long
+
+    return (f"drained: {worker} on {services} {for_how_long(now, since)} "
+            f"(weight 0 until `lbctl undrain {worker}`)")
+
+
+def _drains(drains, now):
     return [f"drain record of cluster {d.cluster}: {d.error}" if d.error is not None else
             drain_line(d.worker, d.services, d.since, now) for d in drains]
 

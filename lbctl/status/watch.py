@@ -21,7 +21,7 @@ def frame(status, previous, seconds, names, now):
     `status`/`previous`: the node's NodeStatus now and one interval ago (None
     at the first frame: rates then come from the kernel's estimators).
     """
-    from lbctl.health import for_how_long
+    from lbctl.status.health import for_how_long
     from lbctl.status.render import role_line
 
     lines = [f"lbctl status --watch  {time.strftime('%H:%M:%S', time.localtime(now))}"

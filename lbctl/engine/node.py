@@ -12,14 +12,14 @@ from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
-from lbctl.drains import NewerDrainRecord, drained_dests, read_drains
-from lbctl.desired import (
+from lbctl.records.drains import NewerDrainRecord, drained_dests, read_drains
+from lbctl.engine.desired import (
     BootApply, desired_state, find_node, leaving_real_servers, role_of, strip_saved_copy_header,
 )
 from lbctl.errors import NodeError
-from lbctl.observe import node_interface, observe
-from lbctl.ownership import read_ownership, sysctls_of_other_clusters
-from lbctl.plan import Kind, make_plan
+from lbctl.engine.observe import node_interface, observe
+from lbctl.records.ownership import read_ownership, sysctls_of_other_clusters
+from lbctl.engine.plan import Kind, make_plan
 from lbctl.state import NodeState
 
 
@@ -188,7 +188,7 @@ def _reload_stale_units(plan, systemd):
                    if path.endswith(".service") and path not in written)
     stale = systemd.stale(units)
     if stale:
-        from lbctl.plan import CHANGE, Change
+        from lbctl.engine.plan import CHANGE, Change
 
         plan.changes.insert(0, Change(CHANGE, Kind.SYSTEMD, "daemon-reload",
                                       note=f": {', '.join(stale)} changed on disk since "

@@ -36,7 +36,7 @@ class LbctlCollector:
     def collect(self):
         from lbctl.status.collect import drains_here, keepalived_states
         from lbctl.config.model import DestKey
-        from lbctl.last_apply import read_last_apply
+        from lbctl.records.last_apply import read_last_apply
 
         clusters = self.clusters()
         snapshot = self.snapshot()

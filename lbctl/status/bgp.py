@@ -80,7 +80,7 @@ def _epoch(text):
 
 def format_bgp(bgp, now):
     """status's lines for one cluster's BGP side (`bgp`: a status.model.BgpStatus)."""
-    from lbctl.health import for_how_long
+    from lbctl.status.health import for_how_long
 
     if bgp.error:
         return [f"  BGP to the router {bgp.router}: unknown, {bgp.error}"]

@@ -22,7 +22,7 @@ def saved_clusters(root, strict=True):
     left out rather than stopping a report on the rest."""
     from lbctl.config import load_cluster
     from lbctl.errors import LbctlError
-    from lbctl.ownership import applied_here
+    from lbctl.records.ownership import applied_here
 
     found = []
     for name, _node in applied_here(root, OWNERSHIP_DIR):

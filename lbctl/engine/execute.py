@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from lbctl.adapters.protocols import IpvsOp
 from lbctl.errors import ApplyError
-from lbctl.ownership import write_ownership
+from lbctl.records.ownership import write_ownership
 from lbctl.layout import Layout
-from lbctl.plan import (
+from lbctl.engine.plan import (
     ADD, CHANGE, DAEMON_KINDS, DRAIN, DRAINING, IPVS_KINDS, KEEPALIVED, REMOVE, Kind,
 )
 from lbctl.state import DestSpec

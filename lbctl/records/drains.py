@@ -120,17 +120,3 @@ def drained_dests(cluster, drains):
             if drain is not None and drain.covers(svc.name):
                 found[DestKey(svc.key, rs.address, svc.port)] = drain
     return found
-
-
-def describe_drains(ctx, now):
-    """Lines for plan and apply: who is drained, where, since when."""
-    problem = [f"WARNING: {ctx.drain_problem}"] if ctx.drain_problem else []
-    return problem + [drain_line(d.worker, d.describe(), d.since, now)
-                      for d in sorted(ctx.drains.values(), key=lambda d: d.worker)]
-
-
-def drain_line(worker, services, since, now):
-    from lbctl.health import for_how_long
-
-    return (f"drained: {worker} on {services} {for_how_long(now, since)} "
-            f"(weight 0 until `lbctl undrain {worker}`)")
