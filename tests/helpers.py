@@ -36,6 +36,12 @@ services:
 """
 
 
+def routed(text):
+    """The file's services marked `routed: true`: what a cluster that leaves
+    mode ecmp with its VIPs off the LAN must say (the router routes them)."""
+    return text.replace(", port: ", ", routed: true, port: ")
+
+
 def cluster_from(text=PI_SINGLE, path="cluster.yaml"):
     return validate(parse_document(text, path))
 

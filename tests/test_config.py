@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import PI_SINGLE, cluster_from
+from helpers import PI_ECMP, PI_SINGLE, cluster_from
 from lbctl.config import load_cluster
 from lbctl.config.model import RealServer, ServiceKey
 from lbctl.errors import ConfigError
@@ -48,6 +48,36 @@ def test_network_key_widens_the_l2_check():
     with pytest.raises(ConfigError, match="not on the balancer's L2 network 192.168.100.0/24"):
         cluster_from(text)
     assert cluster_from("network: 192.168.100.0/23\n" + text).network.prefixlen == 23
+
+
+def test_a_vip_off_the_lan_is_refused_unless_the_file_says_it_is_routed():
+    """A balancer answers ARP for its VIPs on the LAN: a VIP off it would be
+    applied, held, and never reached."""
+    off = PI_SINGLE.replace("vip: 192.168.100.10,", "vip: 10.9.0.10,")
+    with pytest.raises(ConfigError) as refused:
+        cluster_from(off)
+    message = str(refused.value)
+    assert message.startswith("cluster.yaml:"), message  # file:line:col
+    assert "services.web.vip: 10.9.0.10 is not on the balancer's network 192.168.100.0/24" \
+        in message and "`routed: true`" in message, message
+    marked = off.replace("vip: 10.9.0.10,", "vip: 10.9.0.10, routed: true,")
+    assert cluster_from(marked).services["web"].routed is True
+    # A wider network: on the LAN after all.
+    assert cluster_from("network: 10.0.0.0/8\n" + off.replace("192.168.100.", "10.9.0.")
+                        .replace("vip: 10.9.0.10,", "vip: 10.9.0.200,")).services["web"]
+
+
+def test_routed_is_refused_where_it_means_nothing():
+    on_lan = PI_SINGLE.replace("vip: 192.168.100.10,", "vip: 192.168.100.10, routed: true,")
+    with pytest.raises(ConfigError, match=r"services\.web\.routed: 192\.168\.100\.10 is on the "
+                       "balancer's network .*leave it out"):
+        cluster_from(on_lan)
+    in_ecmp = PI_ECMP.replace("vip: 10.200.0.10,", "vip: 10.200.0.10, routed: true,")
+    with pytest.raises(ConfigError, match=r"services\.web\.routed: in mode ecmp every VIP is "
+                       "routed already"):
+        cluster_from(in_ecmp)
+    with pytest.raises(ConfigError, match=r"services\.web\.routed: expected true or false"):
+        cluster_from(PI_SINGLE.replace("vip: 192.168.100.10,", "vip: 192.168.100.10, routed: 1,"))
 
 
 def test_an_empty_file_names_the_missing_sections(tmp_path):

@@ -9,7 +9,7 @@ the same protocol (test_adapters_contract.py) and run in the netns suite.
 from ipaddress import IPv4Address
 
 from fakes import FakeAddresses, FakeDaemon, FakeFiles, FakeIpvs, FakeSysctls
-from helpers import PI_ECMP, cluster_from
+from helpers import PI_ECMP, cluster_from, routed
 from lbctl.adapters.protocols import Adapters
 from lbctl.engine.desired import BootApply, desired_state, leaving_real_servers
 from lbctl.engine.execute import execute
@@ -20,7 +20,7 @@ from lbctl.engine.plan import format_plan, make_plan
 from lbctl.state import NodeState
 
 ECMP = PI_ECMP
-PAIR = (PI_ECMP.replace("mode: ecmp\n", "")
+PAIR = routed(PI_ECMP.replace("mode: ecmp\n", "")
         .replace("bgp:\n  as: 65001\n  router: {address: 192.168.100.1, as: 65000}\n", "")
         .replace("  lb3: {address: 192.168.100.7, interface: eth0}\n", ""))
 LAYOUT = Layout("pi-web")

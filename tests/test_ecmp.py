@@ -16,7 +16,7 @@ import pytest
 from lbctl.config import load_cluster
 from pathlib import Path
 
-from helpers import PI_ECMP, install_hook, keepalived_findings
+from helpers import PI_ECMP, install_hook, keepalived_findings, routed
 from lbctl.status.bgp import bgp_report, format_bgp
 from lbctl.config.model import Bfd, Bgp
 from lbctl.engine.desired import desired_state
@@ -59,7 +59,7 @@ def test_timers_and_bfd_as_the_file_gives_them(tmp_path):
 
 
 def test_the_other_modes_are_told_by_the_balancers(tmp_path):
-    single = ECMP.replace("mode: ecmp\n", "").replace(
+    single = routed(ECMP).replace("mode: ecmp\n", "").replace(
         "bgp:\n  as: 65001\n  router: {address: 192.168.100.1, as: 65000}\n", "")
     single = single.replace("  lb2: {address: 192.168.100.5, interface: eth0}\n", "")
     single = single.replace("  lb3: {address: 192.168.100.7, interface: eth0}\n", "")

@@ -148,6 +148,9 @@ class VirtualService:
     # UDP only: schedule every datagram on its own and keep no connection
     # entry, so a DNS client's queries spread over the workers.
     one_packet: bool = False
+    # A VIP off the LAN that the site's router sends to the balancers (mode
+    # ecmp's are all routed, by BGP).  Nothing lbctl renders changes.
+    routed: bool = False
 
     @property
     def flags(self):

@@ -15,7 +15,7 @@ IPVS_KEYS = {"timeouts"}
 MAX_IPVS_TIMEOUT = 86400 * 31
 
 SERVICE_KEYS = {"vip", "port", "protocol", "scheduler", "persistence", "workers", "health",
-                "scheduler_flags", "one_packet"}
+                "scheduler_flags", "one_packet", "routed"}
 
 HEALTH_KEYS = set(HEALTH_KINDS) | {"interval", "timeout", "retries", "rise", "profile"}
 
@@ -68,6 +68,7 @@ def check_services(c, value, workers):
         flags = _scheduler_flags(c, spec.get("scheduler_flags", []), p + ("scheduler_flags",),
                                  scheduler)
         one_packet = c.boolean(spec.get("one_packet", False), p + ("one_packet",))
+        routed = c.boolean(spec.get("routed", False), p + ("routed",))
         if one_packet and protocol == "tcp":
             c.error(p + ("one_packet",), f"services.{name}.one_packet: one-packet scheduling "
                     "is for UDP services; a TCP connection's packets must all reach the same "
@@ -79,10 +80,10 @@ def check_services(c, value, workers):
                     "the service (removing a worker from it drains that worker)", key=True)
             real_servers = None
         if None in (vip, port, protocol, scheduler, persistence, real_servers, flags,
-                    one_packet) or not health_ok:
+                    one_packet, routed) or not health_ok:
             continue
         result[name] = VirtualService(name, vip, port, protocol, scheduler, persistence,
-                                      real_servers, health, flags, one_packet)
+                                      real_servers, health, flags, one_packet, routed)
     return result
 
 

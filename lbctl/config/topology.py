@@ -123,7 +123,7 @@ def check_network(c, top, balancers):
     return None
 
 
-def cross_checks(c, balancers, workers, services, network):
+def cross_checks(c, balancers, workers, services, network, ecmp=False):
     seen = {}  # address -> (section, node name)
     for kind, nodes in (("balancers", balancers), ("workers", workers)):
         for name, node in nodes.items():
@@ -151,10 +151,37 @@ def cross_checks(c, balancers, workers, services, network):
             c.error(p + ("vip",), f"services.{name}.vip: {svc.vip} is the {which} address of "
                     f"the cluster's network {network}, not one host's; a VIP must be a host "
                     "address (set `network:` if the LAN is wider)")
+        else:
+            _check_routed(c, name, svc, network, ecmp)
         if svc.key in keys:
             c.error(p, f"services.{name}: {svc.key} is already defined by service {keys[svc.key]}",
                     key=True)
         keys[svc.key] = name
+
+
+def _check_routed(c, name, svc, network, ecmp):
+    """Outside mode ecmp a balancer holds each VIP on its LAN interface and
+    answers ARP for it there: a VIP off that LAN reaches it only through a
+    route the site's router has, which the file must say it has."""
+    p = ("services", name)
+    if ecmp:
+        if svc.routed:
+            c.error(p + ("routed",), f"services.{name}.routed: in mode ecmp every VIP is "
+                    "routed already (BIRD offers it to the router); leave `routed` out")
+        return
+    if network is None:
+        return
+    if svc.vip not in network and not svc.routed:
+        c.error(p + ("vip",), f"services.{name}.vip: {svc.vip} is not on the balancer's "
+                f"network {network}; the balancer answers ARP for it on the LAN, so no client "
+                "would reach it unless a router sends it there.  If your router routes "
+                f"{svc.vip} to the balancers, say so with `routed: true` on the service (in a "
+                "pair, route it via an address that moves with the master, a VIP on the LAN); "
+                "if the LAN is wider, set `network:`")
+    elif svc.vip in network and svc.routed:
+        c.error(p + ("routed",), f"services.{name}.routed: {svc.vip} is on the balancer's "
+                f"network {network}, where clients find it by ARP; `routed: true` is for a VIP "
+                "off the LAN: leave it out")
 
 
 def _shared_address(kind, name, address, other_kind, other):

@@ -40,7 +40,7 @@ def validate(doc):
     workers = check_workers(c, top["workers"]) if "workers" in top else {}
     network = check_network(c, top, balancers)
     services = check_services(c, top["services"], workers) if "services" in top else {}
-    cross_checks(c, balancers, workers, services, network)
+    cross_checks(c, balancers, workers, services, network, ecmp)
     bgp = check_bgp(c, top, ecmp, balancers, workers, services, network)
     if ecmp:
         check_ecmp(c, top, services, network)
