@@ -693,3 +693,35 @@ def test_a_rollout_command_that_hangs_is_stopped_with_what_it_started(tmp_path):
     # A command that ends in time gives its status, and sees the worker.
     assert run_command('test "$LBCTL_WORKER" = pi1', cluster, "pi1", io.StringIO(),
                        timeout=30) == 0
+
+
+def test_a_stopped_command_cannot_leave_behind_what_it_starts_when_told_to_stop(tmp_path):
+    """A command that answers SIGTERM by starting something new and going on:
+    the SIGKILL that follows reaches the newcomer too, not only the processes
+    there were when the stop began."""
+    import os
+    import subprocess
+    import time
+
+    from lbctl.commands.rollout import _stop_tree
+
+    started, ready = tmp_path / "started.pid", tmp_path / "ready"
+    proc = subprocess.Popen(["sh", "-c", f"trap 'sleep 300 & echo $! > {started}' TERM; "
+                             f"touch {ready}; while :; do sleep 0.1; done"])
+    while not ready.exists():
+        time.sleep(0.02)
+    _stop_tree(proc, grace=1)
+    assert proc.returncode is not None
+    newcomer = int(started.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{newcomer}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(newcomer, 9)
+        raise AssertionError("the process the command started on SIGTERM runs on")

@@ -115,31 +115,52 @@ def run_command(command, cluster, worker, out, timeout=None):
 
 def _stop_tree(proc, grace=5.0):
     """SIGTERM to the command's shell and everything below it, then SIGKILL
-    to whatever did not end within `grace` seconds."""
+    to whatever did not end within `grace` seconds.
+
+    Each process is held by a pidfd from the moment it is found, and the
+    tree is read again before the SIGKILL: a process started after the
+    SIGTERM is caught too, and a pid freed and reused by some other program
+    meanwhile is never signalled (a pidfd names one process, not a number)."""
+    import select
     import signal
 
-    tree = [proc.pid, *_descendants(proc.pid)]
-    for signum in (signal.SIGTERM, signal.SIGKILL):
-        for pid in tree:
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
-        try:
-            proc.wait(timeout=grace)
-            if signum == signal.SIGTERM and not any(_alive(p) for p in tree[1:]):
-                return
-        except subprocess.TimeoutExpired:
-            pass
-    proc.wait()
+    held = {}  # pid: pidfd
 
+    def gather():
+        for pid in [proc.pid, *_descendants(proc.pid),
+                    *(d for known in list(held) for d in _descendants(known))]:
+            if pid not in held:
+                try:
+                    held[pid] = os.pidfd_open(pid)
+                except OSError:
+                    pass  # ended already
 
-def _alive(pid):
+    def exited(fd):  # a pidfd reads ready once its process has ended
+        return bool(select.select([fd], [], [], 0)[0])
+
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+        for signum in (signal.SIGTERM, signal.SIGKILL):
+            gather()
+            for fd in held.values():
+                try:
+                    signal.pidfd_send_signal(fd, signum)
+                except ProcessLookupError:
+                    pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                continue
+            if signum == signal.SIGTERM:
+                deadline = time.monotonic() + grace
+                while time.monotonic() < deadline and not all(map(exited, held.values())):
+                    time.sleep(0.05)
+                gather()
+                if all(map(exited, held.values())):
+                    return
+        proc.wait()
+    finally:
+        for fd in held.values():
+            os.close(fd)
 
 
 def _descendants(pid):
