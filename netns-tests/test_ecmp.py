@@ -205,6 +205,15 @@ def test_an_apply_while_bird_is_down_reloads_keepalived_too(both):
     lab.wait_for(lambda: not os.path.exists(f"/proc/{bird}"), what="lb1's BIRD stopped")
     lab.wait_for_next_hops(VIP, ["lb2"], timeout=15)
     keepalived = lab.keepalived_pids("lb1")[0]
+    # A drain while BIRD is down: keepalived takes the weight, and the drain
+    # says so and succeeds (it once failed here, with the weight already 0).
+    drained = lab.lbctl("lb1", "drain", "pi2")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    assert ipvs_table.weights(lab, "lb1", VIP, 80)["192.168.100.4"] == 0, lab.ipvs_rules("lb1")
+    undrained = lab.lbctl("lb1", "undrain", "pi2")
+    assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+    lab.wait_for(lambda: ipvs_table.weights(lab, "lb1", VIP, 80)["192.168.100.4"] == 1,
+                 timeout=30, what="pi2 back at weight 1 on lb1")
     with_pi4 = copy.deepcopy(ECMP)
     with_pi4["workers"]["pi4"] = {"address": "192.168.100.7"}
     path = _write(lab.files / "ecmp-pi4-bird-down.yaml", with_pi4)
