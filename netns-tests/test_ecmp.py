@@ -110,6 +110,20 @@ def _connections_by_balancer(lab):
     return counts
 
 
+def _settled_connections(lab, timeout=20):
+    """_connections_by_balancer() once it has stopped moving.  The kernel
+    folds its per-CPU counters into these totals every 2 s, so a count read
+    at once may still lack the connections of the last moments (the
+    fixture's own requests): read until two reads 2.5 s apart agree."""
+    last, deadline = _connections_by_balancer(lab), time.monotonic() + timeout
+    while True:
+        time.sleep(2.5)
+        now = _connections_by_balancer(lab)
+        if now == last or time.monotonic() > deadline:
+            return now
+        last = now
+
+
 def test_the_router_spreads_flows_over_every_balancer(both):
     lab = both
     # The balancers hold the VIP on lo and answer no ARP for it on the LAN.
@@ -122,10 +136,9 @@ def test_the_router_spreads_flows_over_every_balancer(both):
     sessions = lab.birdc("show", "protocols")
     for node in ("lb1", "lb2"):
         assert re.search(rf"{node}\s+BGP\s+---\s+up", sessions), sessions
-    before = _connections_by_balancer(lab)
+    before = _settled_connections(lab)
     answers = lab.ask_web(60, vip=VIP)
-    time.sleep(2.5)  # the kernel sums IPVS's counters every 2 s
-    after = _connections_by_balancer(lab)
+    after = _settled_connections(lab)
     carried = {node: after[node] - before[node] for node in after}
     report("ecmp spread", connections=carried,
            workers={w: answers.count(f"served by {w}") for w in ("pi1", "pi2", "pi3")})
