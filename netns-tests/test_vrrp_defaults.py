@@ -2,6 +2,7 @@
 so idle connections survive the master's return; one balancer sends no adverts."""
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ import time
 import pytest
 
 from clusters import PAIR, WEB_VIP, edited
+from lbctl.errors import LabError
 from test_keepalived import ALL_WEB, ipvs_web_serving
 
 # Opens connections to the VIP and sends the first line of a request on each,
@@ -54,6 +56,24 @@ class IdleClients:
         return json.loads(out)
 
 
+def _lb1_master(lab, path):
+    """lb1 master and lb2 backup, as the test starts from.  Without preempt
+    the pair's first election is a race: both keepalived start in BACKUP,
+    and the one whose timer runs out first keeps the VIPs, whatever its
+    priority (a lb1 that started a few tens of milliseconds late stays
+    backup).  So lb2 is stopped, lb1 takes over, and lb2 comes back."""
+    try:
+        lab.wait_for_roles(timeout=10)
+        return
+    except LabError:
+        pass
+    lab.kill_keepalived("lb2", signal.SIGTERM)
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 to take over")
+    applied = lab.lbctl("lb2", "apply", str(path))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    lab.wait_for_roles()
+
+
 def _served(answers):
     return all(a.startswith("served by ") for a in answers)
 
@@ -61,7 +81,7 @@ def _served(answers):
 def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
     spec = {**PAIR, "vrrp": {"advert_interval": "100ms"}}  # preempt left at its default
     path = lab.reset(spec, "pair-default-preempt")
-    lab.wait_for_roles()
+    _lb1_master(lab, path)
     lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ipvs_web_serving(lab, "lb2") == ALL_WEB,
                  what="every web worker in both tables")
     assert "nopreempt" in open(lab.path("lb1", "conf")).read()
