@@ -40,7 +40,9 @@ CPU_AT_START = []  # (busy, total) jiffies of every CPU when the run began
 def _cpu_ticks():
     """(busy, total) jiffies summed over every CPU, from /proc/stat."""
     with open("/proc/stat") as fh:
-        fields = [int(v) for v in fh.readline().split()[1:]]
+        # user nice system idle iowait irq softirq steal; guest and guest_nice
+        # after them are counted in user and nice already.
+        fields = [int(v) for v in fh.readline().split()[1:9]]
     idle = fields[3] + fields[4]  # idle and iowait
     return [sum(fields) - idle, sum(fields)]
 
