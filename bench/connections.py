@@ -40,7 +40,8 @@ def cluster_file(directory):
     spec = {"cluster": "bench", "network": "10.1.0.0/16",
             "balancers": {"lb": {"address": BALANCER, "interface": "bench0"}},
             "workers": {f"w{i}": {"address": a} for i, a in enumerate(WORKERS)},
-            "services": {"dns": {"vip": VIP, "port": PORT, "protocol": "udp", "scheduler": "rr"}}}
+            "services": {"dns": {"vip": VIP, "routed": True, "port": PORT, "protocol": "udp",
+                                 "scheduler": "rr"}}}
     path = Path(directory) / "bench.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path

@@ -77,7 +77,8 @@ def cluster_spec(services, reals, first_weight=1, health=None):
         "network": "10.1.0.0/16",
         "balancers": {"lb": {"address": BALANCER, "interface": "bench0"}},
         "workers": {name: {"address": a} for name, a in zip(names, workers(reals))},
-        "services": {f"s{s}": {"vip": VIP, "port": 1000 + s, "scheduler": "rr"}
+        # The client reaches the VIP through a route to the balancer.
+        "services": {f"s{s}": {"vip": VIP, "routed": True, "port": 1000 + s, "scheduler": "rr"}
                      for s in range(services)},
     }
     spec["services"]["s0"]["workers"] = {name: 1 for name in names} | {"w0": first_weight}
