@@ -82,7 +82,7 @@ def _roll_out(args, cluster, selected, stages, out, serving=None, agreed=None):
 def _show_and_ask(args, cluster, selected, out):
     """Each node's plan, then the question: (None to go ahead, else the exit
     status to stop with, nothing changed; {name: fingerprint of the plan shown})."""
-    pending, failed, fingerprints = plan_each(cluster, selected, args, out)
+    pending, failed, fingerprints = plan_each(cluster, selected, args, out, fingerprints=True)
     if failed:
         planned = [t.node for t in selected if t.node not in failed]
         out.write(f"could not plan on {', '.join(failed)}; nothing was changed"

@@ -19,17 +19,18 @@ def run(args, out):
     return EXIT_CHANGES if pending and args.detailed_exitcode else 0
 
 
-def plan_each(cluster, selected, args, out):
+def plan_each(cluster, selected, args, out, fingerprints=False):
     """Print each selected node's plan; ([names with changes pending],
     [names that could not plan], {name: its plan's fingerprint}).  apply
-    --all shows the same before it asks, and has each node apply only the
-    plan it showed."""
+    --all shows the same before it asks (`fingerprints=True`), and has each
+    node apply only the plan it showed."""
     flags = (["--remove"] if args.remove else []) + (["--force"] if args.force else [])
     progress(f"planning on {len(selected)} node(s) ...")
     outcomes = run_on_each(selected, lambda t: ["plan", "-", "--node", t.node,
-                                                "--detailed-exitcode", "--fingerprint", *flags],
+                                                "--detailed-exitcode", *flags,
+                                                *(["--fingerprint"] if fingerprints else [])],
                            cluster.text, args.ssh_config)
-    pending, failed, fingerprints = [], [], {}
+    pending, failed, found = [], [], {}
     for target in selected:
         outcome = outcomes[target.node]
         # A problem first: an lbctl too old for --expect-version exits 2 as well.
@@ -40,5 +41,5 @@ def plan_each(cluster, selected, args, out):
         out.write(node_block(outcome, "FAILED" if target.node in failed else None) + "\n")
         for line in outcome.stderr.splitlines():
             if line.startswith(FINGERPRINT_MARK + ": "):
-                fingerprints[target.node] = line.partition(": ")[2].strip()
-    return pending, failed, fingerprints
+                found[target.node] = line.partition(": ")[2].strip()
+    return pending, failed, found
