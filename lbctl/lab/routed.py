@@ -76,6 +76,14 @@ class RoutedLab(Lab):
         self.spawn("router", [BIRD, "-f", "-c", conf, "-s", self._router_path("bird.ctl"),
                               "-P", self._router_path("bird.pid")])
 
+    def router_log(self, lines=30):
+        """The end of the router's BIRD log: each session's state changes."""
+        try:
+            with open(self._router_path("bird.log")) as fh:
+                return "".join(fh.readlines()[-lines:])
+        except OSError as exc:
+            return f"(no log: {exc})"
+
     def birdc(self, *command):
         """What the router's BIRD answers to `birdc COMMAND`."""
         return self.sh("router", [BIRDC, "-s", self._router_path("bird.ctl"), *command],
@@ -102,6 +110,9 @@ def render_router_bird(cluster, log):
     bgp = cluster.bgp
     lines = [f"router id {bgp.router};",
              f'log "{log}" all;',
+             # Each session's state changes and why, for a test that finds a
+             # route missing.
+             "debug protocols { states };",
              "protocol device {}",
              "protocol kernel {",
              "    ipv4 { import none; export all; };",
