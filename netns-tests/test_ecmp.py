@@ -27,9 +27,12 @@ ECMP = {
     "cluster": "ecmp",
     "mode": "ecmp",
     # The shortest timers BGP allows, and BFD: a lost balancer is noticed in
-    # 0.3 s, and one that comes back is heard again within seconds.
+    # 0.5 s, and one that comes back is heard again within seconds.  Five
+    # missed packets, not three: with the suite's other module busy on the
+    # emulated CPUs, BIRD now and then sent none for 0.3 s, and BFD took a
+    # healthy session down (the router's log: "BFD session down").
     "bgp": {"as": 65001, "router": {"address": "192.168.100.1", "as": 65000},
-            "hold": "3s", "keepalive": "1s", "bfd": {"interval": "100ms"}},
+            "hold": "3s", "keepalive": "1s", "bfd": {"interval": "100ms", "multiplier": 5}},
     "balancers": {"lb1": {"address": LB1, "interface": "eth0"},
                   "lb2": {"address": LB2, "interface": "eth0"}},
     "workers": {"pi1": {"address": "192.168.100.3"}, "pi2": {"address": "192.168.100.4"},
@@ -97,7 +100,18 @@ def _waited(lab, balancers, watched, timeout=30):
     except LabError as exc:
         offered = sorted(os.listdir(lab.path(watched, "announce_dir")))
         raise LabError(f"{exc}\n{watched} offers {offered}\n{lab.keepalived_log(watched)}"
-                       f"\n{lab.lbctl(watched, 'status').stdout}") from None
+                       f"\n{lab.lbctl(watched, 'status').stdout}\nthe router:\n"
+                       f"{lab.router_log()}") from None
+
+
+def _all_served(lab, count):
+    """`count` requests through the VIP, each served by a worker; if not, the
+    failures with curl's own words, the router's next hops and its log."""
+    done = [lab.curl(f"http://{VIP}/") for _ in range(count)]
+    failed = [d.stderr.strip() or d.stdout.strip() for d in done
+              if not d.stdout.startswith("served by pi")]
+    assert not failed, (f"{len(failed)} of {count} failed: {failed[:5]}\n"
+                        f"next hops now: {lab.next_hops(VIP)}\n{lab.router_log()}")
 
 
 def _connections_by_balancer(lab):
@@ -164,8 +178,7 @@ def test_a_balancer_that_loses_every_worker_withdraws_the_vip(both):
         report("ecmp withdraw on health", seconds=f"{took:.1f}")
         status = lab.lbctl("lb2", "status").stdout
         assert "offering no VIP" in status and "health web/pi1: down" in status, status
-        answers = lab.ask_web(20, vip=VIP)
-        assert all(answer.startswith("served by pi") for answer in answers), answers
+        _all_served(lab, 20)
     finally:
         lab.sh("lb2", ["nft", "delete table ip ecmp_test"], check=False)
     # The checks pass again: lb2 offers the VIP again.
@@ -200,8 +213,7 @@ def test_stopping_a_balancer_withdraws_it_first(both):
     lab.wait_for_next_hops(VIP, ["lb2"], timeout=10)
     conf = lab.path("lb1", "bird_conf")
     assert lab.sh("lb1", ["pgrep", "-f", conf], check=False).returncode == 1, "BIRD still runs"
-    answers = lab.ask_web(20, vip=VIP)
-    assert all(answer.startswith("served by pi") for answer in answers), answers
+    _all_served(lab, 20)
     applied = lab.lbctl("lb1", "apply", str(path))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     lab.wait_for_next_hops(VIP, ["lb1", "lb2"])
@@ -348,6 +360,7 @@ def test_cutting_a_balancers_link_moves_its_downloads_byte_exact(both):
         on_lb1 = _active(lab, "lb1")
         lab.set_link("lb1", False)
         took = lab.wait_for_next_hops(VIP, ["lb2"], timeout=10)
+        router_saw = lab.birdc("show", "protocols", "all", "lb1")
         time.sleep(2)  # the moved flows go on through lb2
     finally:
         lab.set_link("lb1", True)
@@ -356,8 +369,10 @@ def test_cutting_a_balancers_link_moves_its_downloads_byte_exact(both):
     exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
     report("ecmp link cut", converged_s=f"{took:.2f}", on_cut_balancer=on_lb1,
            complete_and_byte_exact=f"{len(exact)}/{len(results)}")
-    # BFD every 100 ms, 3 missed: the router drops lb1's route in well under 1 s.
-    assert took <= 1.0, took
+    # BFD took lb1's session down (5 missed packets, 0.5 s), not the BGP hold
+    # time (3 s) running out.  How soon is a benchmark's figure: it depends
+    # on the lab's load.
+    assert "BFD session down" in router_saw and took < 3.0, (took, router_saw)
     assert len(exact) >= 0.99 * len(results), [r["error"] for r in results if not r["ok"]]
     lab.wait_for_next_hops(VIP, ["lb1", "lb2"])
 
