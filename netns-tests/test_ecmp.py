@@ -6,6 +6,7 @@ import copy
 import os
 import re
 import signal
+import subprocess
 import time
 
 import pytest
@@ -258,6 +259,51 @@ def test_an_apply_while_bird_is_down_reloads_keepalived_too(both):
         _waited(lab, ["lb1", "lb2"], "lb1")  # BIRD offers again
     finally:
         lab.lbctl("pi4", "apply", str(path), "--remove")
+
+
+def _watch_routes(lab):
+    """`ip monitor route` in the router's namespace: every change to its
+    routes as the kernel makes it, however brief, one line each."""
+    return subprocess.Popen(["ip", "netns", "exec", lab.nodes["router"].netns,
+                             "ip", "-o", "-4", "monitor", "route"],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def _vip_route_changes(watcher):
+    """The changes the watcher saw to the VIP's route."""
+    watcher.terminate()
+    out, _ = watcher.communicate(timeout=10)
+    return [line for line in out.splitlines()
+            if line.split()[:1] == [VIP] or line.split()[:2] == ["Deleted", VIP]]
+
+
+def test_a_reload_of_each_balancer_keeps_it_offered(both):
+    """An apply that reloads keepalived (a new check timeout: keepalived
+    starts those checkers afresh) must not withdraw the balancer: every
+    change the router's kernel makes to the VIP's route across the reload
+    and the new checks' first rounds still goes via it."""
+    lab = both
+    slower = copy.deepcopy(ECMP)
+    slower["services"]["web"]["health"]["timeout"] = "600ms"
+    path = _write(lab.files / "ecmp-reload.yaml", slower)
+    for node, address in (("lb1", LB1), ("lb2", LB2)):
+        keepalived = lab.keepalived_pids(node)[0]
+        watcher = _watch_routes(lab)
+        try:
+            time.sleep(1)  # the watcher listening
+            assert lab.next_hops(VIP) == [LB1, LB2]
+            applied = lab.lbctl(node, "apply", str(path))
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+            assert "reload" in applied.stdout, applied.stdout
+            time.sleep(4)  # the new checkers' first rounds (every 1 s)
+        finally:
+            changes = _vip_route_changes(watcher)
+        assert lab.keepalived_pids(node)[0] == keepalived  # reloaded, not restarted
+        lost = [line for line in changes
+                if line.startswith("Deleted") or f"via {address} " not in line]
+        assert not lost, f"{node} withdrawn: {lost}\n{lab.keepalived_log(node)}\n" \
+                         f"{lab.router_log()}"
+        assert lab.next_hops(VIP) == [LB1, LB2]
 
 
 # Known to fail now and then, for a reason in lbctl, not in the test (issue
