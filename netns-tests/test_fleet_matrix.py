@@ -14,6 +14,7 @@ A new command that takes --all gets a column here.
 import copy
 import os
 import re
+import subprocess
 import sys
 import time
 
@@ -142,6 +143,13 @@ class Cells:
             done = self.lab.sh("client", [sys.executable, "-m", "lbctl", "rollout", self.path,
                                           *args, "--yes", "--ssh-config", self.fleet.config],
                                check=False, timeout=900)
+        elif column == "apply":
+            # As a person runs it: the plans on a terminal, then "y".  What
+            # follows the answer is what the apply printed.
+            status, shown, asked = self.fleet.lbctl_all_on_a_terminal(*args, answer="y\n")
+            plans, _, applied = shown.partition("[y/N] y\n")
+            done = subprocess.CompletedProcess(args, status, applied, shown)
+            done.asked, done.plans = asked, plans
         else:
             done = self.fleet.lbctl_all(*args)
         done.seconds, done.column = time.monotonic() - started, column
@@ -188,7 +196,9 @@ def _apply(lab, cell, spec, serving, vip):
     # Nothing serves the VIP before.
     assert lab.curl(f"http://{vip}/", timeout=2).returncode != 0
     done = cell.run("apply", "apply", cell.path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert (done.returncode, done.asked) == (0, True), done.stderr
+    # Every node's plan was shown before the question, and applied after it.
+    assert sorted(order_of(done.plans)) == sorted([*serving, *WORKERS]), done.stderr
     order = order_of(done.stdout)
     # Workers first, then the balancers one at a time: a pair's backup before its master.
     assert set(order[:3]) == set(WORKERS), done.stdout
