@@ -77,10 +77,13 @@ class RoutedLab(Lab):
                               "-P", self._router_path("bird.pid")])
 
     def router_log(self, lines=30):
-        """The end of the router's BIRD log: each session's state changes."""
+        """The end of the router's BIRD log: each session's state changes and
+        their reasons, without the retries of a session still connecting."""
         try:
             with open(self._router_path("bird.log")) as fh:
-                return "".join(fh.readlines()[-lines:])
+                kept = [line for line in fh if "Connecting to" not in line
+                        and "Connect delayed" not in line]
+            return "".join(kept[-lines:])
         except OSError as exc:
             return f"(no log: {exc})"
 
@@ -110,9 +113,10 @@ def render_router_bird(cluster, log):
     bgp = cluster.bgp
     lines = [f"router id {bgp.router};",
              f'log "{log}" all;',
-             # Each session's state changes and why, for a test that finds a
+             # Each session's state changes and why ("BFD session down",
+             # "Hold timer expired" are events), for a test that finds a
              # route missing.
-             "debug protocols { states };",
+             "debug protocols { states, events };",
              "protocol device {}",
              "protocol kernel {",
              "    ipv4 { import none; export all; };",
