@@ -5,6 +5,7 @@ hash.  Real BIRD on every side, real keepalived checks, real IPVS mh."""
 import copy
 import os
 import re
+import select
 import signal
 import subprocess
 import time
@@ -261,16 +262,35 @@ def test_an_apply_while_bird_is_down_reloads_keepalived_too(both):
         lab.lbctl("pi4", "apply", str(path), "--remove")
 
 
+MARK_ROUTE = "198.51.100.1/32"  # a route the watcher must be seen to report
+
+
 def _watch_routes(lab):
     """`ip monitor route` in the router's namespace: every change to its
-    routes as the kernel makes it, however brief, one line each."""
-    return subprocess.Popen(["ip", "netns", "exec", lab.nodes["router"].netns,
-                             "ip", "-o", "-4", "monitor", "route"],
-                            stdout=subprocess.PIPE, text=True)
+    routes as the kernel makes it, however brief, one line each.  Returned
+    once it has reported a route added for the purpose."""
+    watcher = subprocess.Popen(["ip", "netns", "exec", lab.nodes["router"].netns,
+                                "ip", "-o", "-4", "monitor", "route"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = []
+    try:
+        for _ in range(5):
+            lab.sh("router", ["ip", "route", "replace", "blackhole", MARK_ROUTE])
+            lab.sh("router", ["ip", "route", "del", "blackhole", MARK_ROUTE])
+            ready, _, _ = select.select([watcher.stdout], [], [], 1)
+            if ready:
+                seen.append(watcher.stdout.readline())
+                if MARK_ROUTE.split("/")[0] in seen[-1]:
+                    return watcher
+        raise AssertionError(f"ip monitor reported no route change: {seen}")
+    except BaseException:
+        watcher.kill()
+        raise
 
 
 def _vip_route_changes(watcher):
     """The changes the watcher saw to the VIP's route."""
+    assert watcher.poll() is None, "ip monitor stopped while watching"
     watcher.terminate()
     out, _ = watcher.communicate(timeout=10)
     return [line for line in out.splitlines()
@@ -290,11 +310,10 @@ def test_a_reload_of_each_balancer_keeps_it_offered(both):
         keepalived = lab.keepalived_pids(node)[0]
         watcher = _watch_routes(lab)
         try:
-            time.sleep(1)  # the watcher listening
             assert lab.next_hops(VIP) == [LB1, LB2]
             applied = lab.lbctl(node, "apply", str(path))
             assert applied.returncode == 0, applied.stdout + applied.stderr
-            assert "reload" in applied.stdout, applied.stdout
+            assert "~ keepalived reload" in applied.stdout, applied.stdout
             time.sleep(4)  # the new checkers' first rounds (every 1 s)
         finally:
             changes = _vip_route_changes(watcher)
@@ -403,6 +422,11 @@ def test_cutting_a_balancers_link_moves_its_downloads_byte_exact(both):
     try:
         lab.wait_for(lambda: all(_active(lab, node) >= 5 for node in ("lb1", "lb2")),
                      what="downloads through both balancers")
+        # The router runs lb1's BFD session at the file's timers: every
+        # 100 ms, given up after 5 missed (0.5 s).
+        sessions = lab.birdc("show", "bfd", "sessions")
+        assert re.search(rf"^{re.escape(LB1)}\s+\S+\s+Up\s+\S+\s+0\.100\s+0\.500\s*$",
+                         sessions, re.M), sessions
         on_lb1 = _active(lab, "lb1")
         lab.set_link("lb1", False)
         took = lab.wait_for_next_hops(VIP, ["lb2"], timeout=10)
@@ -415,10 +439,9 @@ def test_cutting_a_balancers_link_moves_its_downloads_byte_exact(both):
     exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
     report("ecmp link cut", converged_s=f"{took:.2f}", on_cut_balancer=on_lb1,
            complete_and_byte_exact=f"{len(exact)}/{len(results)}")
-    # BFD took lb1's session down (5 missed packets, 0.5 s), not the BGP hold
-    # time (3 s) running out.  How soon is a benchmark's figure: it depends
-    # on the lab's load.
-    assert "BFD session down" in router_saw and took < 3.0, (took, router_saw)
+    # BFD took lb1's session down, not the BGP hold time running out.  How
+    # soon is a figure, reported above: it depends on the lab's load.
+    assert "BFD session down" in router_saw, (took, router_saw)
     assert len(exact) >= 0.99 * len(results), [r["error"] for r in results if not r["ok"]]
     lab.wait_for_next_hops(VIP, ["lb1", "lb2"])
 
