@@ -143,7 +143,8 @@ def main():
         shutil.rmtree(workdir, ignore_errors=True)
     text = (f"## Mode ecmp: throughput through 1, 2 and 3 balancers\n\n"
             f"`bench/ecmp.py`, {machine()}.  A router running BIRD (multipath, L4 hash) in "
-            "front of three balancers, each announcing the VIP over BGP, and three workers; "
+            "front of three balancers, each announcing the VIP over BGP (9 s hold, no BFD: "
+            "every figure fills a link), and three workers; "
             f"each balancer's link capped at {args.rate} Mbit/s both ways, no other link "
             f"capped.  {args.connections} uploads at once from the client through the VIP "
             f"for {args.seconds:g} s per figure, counted as the workers received them; the "
