@@ -94,9 +94,8 @@ class RoutedLab(Lab):
 
     def next_hops(self, vip):
         """The balancer addresses the router's kernel sends `vip` to now."""
-        out = self.sh("router", ["ip", "-4", "route", "show", f"{vip}/32"], check=False).stdout
-        words = out.split()
-        return sorted(words[i + 1] for i, word in enumerate(words) if word == "via")
+        return hops_in(self.sh("router", ["ip", "-4", "route", "show", f"{vip}/32"],
+                               check=False).stdout)
 
     def wait_for_next_hops(self, vip, expected, timeout=30):
         """Seconds until the router's route for `vip` goes via `expected` (names)."""
@@ -105,6 +104,13 @@ class RoutedLab(Lab):
         self.wait_for(lambda: self.next_hops(vip) == wanted, timeout,
                       f"router's next hops for {vip} to be {wanted}")
         return time.monotonic() - start
+
+
+def hops_in(route):
+    """The next hops (sorted addresses) of a route as `ip route` prints it,
+    a multipath one included, in either of its formats."""
+    words = route.split()
+    return sorted(words[i + 1] for i, word in enumerate(words) if word == "via")
 
 
 def render_router_bird(cluster, log):
