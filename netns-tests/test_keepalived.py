@@ -359,7 +359,7 @@ HALF_A_REQUEST = """
 import socket, sys, time
 s = socket.create_connection((sys.argv[1], 80), timeout=30)
 s.sendall(b"GET /index.html HTTP/1.0\\r\\n")
-print("open", flush=True)
+print("open", s.getsockname()[1], flush=True)
 sys.stdin.readline()
 started = time.monotonic()
 try:
@@ -387,13 +387,25 @@ def master_since(lab, node):
     return float(since)
 
 
+def connection_rows(lab, node, port):
+    """The node's IPVS entries of the client's connection from `port`, with
+    where each came from (Local: scheduled here; Sync: learned from the peer)."""
+    rows = lab.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
+    return [row for row in rows if row.split()[2] == f"{port:04X}"]
+
+
 def finish_on_the_other_balancer(lab, sync_blocked):
     """Open a connection through lb1, make lb2 take the VIP (neither hears the
     other's adverts), then finish the request through lb2: (what the client
-    printed, packets lb2's grace held back)."""
+    printed, packets lb2's grace held back, what both balancers and the
+    client knew, for a failure's message)."""
     # keepalived sends a master's gratuitous ARPs again 5 s after it took over
     # (vrrp_garp_master_delay); lb1's must not pull the client back mid-test.
     time.sleep(max(0.0, master_since(lab, "lb1") + 6 - time.time()))
+    # The last takeover's split brain healed with lb1 announcing the VIP again
+    # (vrrp_higher_prio_send_advert): the client must not still send to lb2.
+    lab.wait_for(lambda: client_neigh_mac(lab) != lab.mac("lb2"), timeout=10,
+                 what="the client to leave lb2 for the VIP")
     if sync_blocked:
         # Before the connection opens: lb1's sync daemon may send it within
         # moments of its first packets, and lb2 must never learn it.
@@ -402,14 +414,25 @@ def finish_on_the_other_balancer(lab, sync_blocked):
                                "-c", HALF_A_REQUEST, WEB_VIP], stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True)
     try:
-        assert client.stdout.readline().strip() == "open"
+        opened, port = client.stdout.readline().split()
+        assert opened == "open"
+        port = int(port)
+        assert connection_rows(lab, "lb1", port), "lb1 did not schedule the client's connection"
         for node in ("lb1", "lb2"):
             lab.block_vrrp(node)
         lab.wait_for(lambda: client_neigh_mac(lab) == lab.mac("lb2"), timeout=10,
                      what="the client to reach the VIP at lb2")
+        learned_before = connection_rows(lab, "lb2", port)
         client.stdin.write("go\n")
         client.stdin.flush()
-        return client.communicate(timeout=60)[0].split(), grace_held(lab, "lb2")
+        printed = client.communicate(timeout=60)[0].split()
+        known = (f"lb2 knew before the request went on: {learned_before}\n"
+                 f"lb1: {connection_rows(lab, 'lb1', port)}\n"
+                 f"lb2: {connection_rows(lab, 'lb2', port)}\n"
+                 f"client's neighbour for the VIP: {client_neigh_mac(lab)} "
+                 f"(lb1 {lab.mac('lb1')}, lb2 {lab.mac('lb2')})\n"
+                 f"--- lb2's keepalived:\n{lab.keepalived_log('lb2', lines=15)}")
+        return printed, grace_held(lab, "lb2"), known
     finally:
         client.kill()
         for node in ("lb1", "lb2"):
@@ -436,10 +459,10 @@ def test_a_takeover_carries_on_a_connection_the_peer_had_not_synced_yet(lab, pai
     # Where lb1's batch reaches lb2 before the client's packet, there is nothing
     # to hold back: up to three tries for the race the grace is for.
     for _ in range(3):
-        printed, held = finish_on_the_other_balancer(lab, sync_blocked=False)
+        printed, held, known = finish_on_the_other_balancer(lab, sync_blocked=False)
         report("takeover grace: a request begun on the old master", printed=" ".join(printed),
                packets_held=held)
-        assert printed[:3] == ["reply", "served", "by"], printed
+        assert printed[:3] == ["reply", "served", "by"], f"{printed}\n{known}"
         if held:
             break
     assert held > 0, "lb2 knew the connection each time: the grace was never needed"
@@ -447,11 +470,11 @@ def test_a_takeover_carries_on_a_connection_the_peer_had_not_synced_yet(lab, pai
     # A connection the peer never sends (the sync multicast filtered, as when
     # the old master died before sending) is reset once the grace ends, rather
     # than left to hang.
-    printed, held = finish_on_the_other_balancer(lab, sync_blocked=True)
+    printed, held, known = finish_on_the_other_balancer(lab, sync_blocked=True)
     report("takeover grace: a request lb2 never learns", printed=" ".join(printed),
            packets_held=held)
-    assert printed[:2] == ["error", "ConnectionResetError"], printed
-    assert held > 0
+    assert printed[:2] == ["error", "ConnectionResetError"], f"{printed}\n{known}"
+    assert held > 0, known
 
 
 # Apply on lb1 as lbctl does, except that the keepalived.conf in the plan is made
