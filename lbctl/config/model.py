@@ -106,7 +106,10 @@ class Bfd:
     """BFD to the router: a dead link noticed in interval x multiplier, not a hold time."""
 
     interval: float = 0.1  # seconds between BFD packets, both ways
-    multiplier: int = 3  # packets missed before the session is down
+    # Packets missed before the session is down: BIRD's own default.  Three
+    # in a row go missing on a busy link or CPU, and withdraw a healthy
+    # balancer (docs/cluster-file.md, BFD).
+    multiplier: int = 5
 
 
 @dataclass(frozen=True)
