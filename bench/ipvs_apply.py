@@ -389,8 +389,9 @@ def keepalived_section(found, kept, services, reals):
              "keepalived, not lbctl, writes the table.  apply waits for that table: a "
              "full apply returns once every real server has passed its first check.  A "
              "weight change is a keepalived reload, which keeps the table; keepalived "
-             "2.2.7 does not set the changed weight at the reload itself but some "
-             "seconds later, and apply waits until the kernel holds it.", "",
+             "writes the new weight as it reloads (its \"Changing weight\" line falls "
+             "in the second of its \"Reloading\"), and apply returns once the kernel's "
+             "table matches the file and the current health.", "",
              "| operation | seconds | vs peer | peer |", "| --- | --- | --- | --- |"]
     for name, (seconds, peer) in found.items():
         if not name.startswith("ipvsadm"):
