@@ -232,18 +232,18 @@ def survival(lab, advert, count, synced):
     how many ran, what broke the others).
 
     `synced`: the balancers run the connection sync daemon.  It sends a new
-    connection to the standby in its next batch, up to 2 s later (IPVS
-    flushes a batch that is not full after 2 s), so the cable is pulled once
-    the standby knows every download: what is measured is what the sync
-    promises, not a race with its batch.  Without it, 3 s after they start."""
+    connection to the standby up to 3 s later (lab.learned_ports), so the
+    cable is pulled once the standby knows every download: what is measured
+    is what the sync promises, not a race with its batch.  Without it, 3 s
+    after they start."""
     holder = settled_holder(lab, advert)
     standby = next(name for name in BALANCERS if name != holder)
+    before = lab.learned_ports(standby, VIP, 80)
     downloads = lab.traffic("downloads", VIP, "--count", count, "--rate", 64 * 1024,
                             "--timeout", 300)
     time.sleep(3)
     if synced:
-        lab.wait_for(lambda: learned_downloads(lab, standby) >= count, timeout=30,
-                     what=f"{standby} to learn the {count} downloads from {holder}")
+        lab.wait_until_learned(standby, VIP, 80, count, before)
     lab.set_link(holder, False)
     # keepalived's defaults preempt: its master takes the VIP back as soon as
     # the cable returns, so its downloads cross a failback too.
@@ -251,15 +251,6 @@ def survival(lab, advert, count, synced):
     lab.set_link(holder, True)
     results = lab.finish(downloads)
     return sum(r["ok"] for r in results), len(results), broken(results, holder)
-
-
-def learned_downloads(lab, node):
-    """Established connections to the VIP that `node` learned from its peer's
-    sync daemon (Origin SYNC in the kernel's table)."""
-    rows = lab.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
-    vip = hex_endpoint(VIP, 80).split(":")
-    return sum(1 for fields in map(str.split, rows)
-               if fields[3:5] == vip and fields[7] == "ESTABLISHED" and fields[8] == "SYNC")
 
 
 def broken(results, holder):
@@ -488,7 +479,7 @@ def main():
             "balancer's IPVS table every 20 ms.  Survival: "
             f"{args.downloads} downloads of 1 MiB at 64 KiB/s across one failover, the "
             "cable pulled once the standby has learned them where a sync daemon runs (it "
-            "sends a new connection within about 2 s), else 3 s after they start (and, "
+            "sends a new connection up to 3 s later), else 3 s after they start (and, "
             "for keepalived's defaults, whose master preempts, the failback).  "
             "keepalived's defaults: VRRPv2 multicast, advert 1 s; HTTP_GET every 60 s, "
             "a 5 s connect timeout, retried once after 3 s, a failed worker deleted; no "

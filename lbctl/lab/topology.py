@@ -363,6 +363,25 @@ class Lab:
             run(["tc", "-n", netns, "filter", "add", "dev", "eth0", "parent", "ffff:",
                  "pref", str(pref), "protocol", "ip", "u32", *match, "action", "drop"])
 
+    def learned_ports(self, node, vip, port):
+        """The client ports of the established connections to vip:port that
+        `node` learned from its peer's sync daemon (Origin SYNC in the kernel's
+        table).  The sync daemon sends a new connection in a batch that goes
+        once full or 2 s old, and looks once a second: up to 3 s late."""
+        target = [f"{int.from_bytes(bytes(map(int, vip.split('.'))), 'big'):08X}",
+                  f"{port:04X}"]
+        rows = self.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
+        return {fields[2] for fields in map(str.split, rows)
+                if fields[3:5] == target and fields[7] == "ESTABLISHED"
+                and fields[8] == "SYNC"}
+
+    def wait_until_learned(self, node, vip, port, count, before, timeout=30):
+        """Until `node` has learned `count` connections to vip:port that were
+        not among `before` (learned_ports() taken before they opened)."""
+        self.wait_for(lambda: len(self.learned_ports(node, vip, port) - before) >= count,
+                      timeout=timeout, what=f"{node} to learn {count} new connections "
+                      f"to {vip}:{port} from its peer")
+
     def vip_macs(self, vip, node="client", count=3):
         """The MACs that answer ARP for `vip`."""
         out = self.sh(node, ["arping", "-c", str(count), "-i", "eth0", str(vip)],
