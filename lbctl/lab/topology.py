@@ -15,11 +15,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from lbctl.config import load_cluster
 from lbctl.errors import LabError
-from lbctl.lab.shell import run
+from lbctl.lab.shell import DEFAULT_TIMEOUT, run
+from lbctl.lab.warm import WarmLbctl
 from lbctl.layout import Layout
 
 BLOB_BYTES = 1 << 20  # the file the DSR proof downloads
@@ -48,6 +50,7 @@ class Lab:
         os.chmod(self.workdir, 0o755)
         self.lan = f"{prefix}-lan"
         self.nodes = {}
+        self.warm = {}  # node: its WarmLbctl, started on first use
         prefixlen = cluster.network.prefixlen
         self.prefixlen = prefixlen
         for name, b in cluster.balancers.items():
@@ -170,15 +173,32 @@ class Lab:
 
     def lbctl_argv(self, *args, node):
         """lbctl's command line on a node, with the node's own file root for apply and plan."""
-        argv = [sys.executable, "-m", "lbctl"] + list(args)
+        return [sys.executable, "-m", "lbctl", *self.lbctl_args(*args, node=node)]
+
+    def lbctl_args(self, *args, node):
+        """lbctl's arguments on a node: `args`, and the node's own file root
+        for the commands that read or write the node's files."""
         if args and args[0] in ("apply", "plan", "status", "drain", "undrain", "drain-balancer",
                                 "undrain-balancer"):
-            argv += ["--root", self.nodes[node].root]
-        return argv
+            return [*args, "--root", self.nodes[node].root]
+        return list(args)
 
-    def lbctl(self, node, *args, check=False):
-        """Run lbctl on a node as a user would: inside its namespace."""
-        return self.sh(node, self.lbctl_argv(*args, node=node), check=check)
+    def lbctl(self, node, *args, check=False, timeout=DEFAULT_TIMEOUT):
+        """Run lbctl on a node as a user would: inside its namespace, a new
+        process with lbctl's modules already imported (warm.py)."""
+        done = self._warm_lbctl(node).run(self.lbctl_args(*args, node=node), timeout)
+        if check and done.returncode != 0:
+            raise LabError(f"lbctl {' '.join(map(str, args))} on {node}: "
+                           f"{(done.stderr or done.stdout).strip()}")
+        return done
+
+    def _warm_lbctl(self, node):
+        if node not in self.warm:
+            folder = os.path.join(self.workdir, ".warm")
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+            self.warm[node] = WarmLbctl(self.nodes[node].netns,
+                                        os.path.join(folder, f"{node}.sock"))
+        return self.warm[node]
 
     def apply_all(self, cluster_file=None, extra=()):
         """Apply on every worker (in parallel), then on the balancers, as a rollout would."""
@@ -188,13 +208,9 @@ class Lab:
         balancers = [n for n in declared.balancers if n in self.nodes]
         results = {}
         for group in (workers, balancers):
-            procs = {name: subprocess.Popen(
-                ["ip", "netns", "exec", self.nodes[name].netns,
-                 *self.lbctl_argv("apply", path, *extra, node=name)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in group}
-            for name, proc in procs.items():
-                out, err = proc.communicate()
-                results[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+            with ThreadPoolExecutor(max(1, len(group))) as pool:
+                applied = pool.map(lambda name: self.lbctl(name, "apply", path, *extra), group)
+                results.update(zip(group, applied))
         return results
 
     def curl(self, url, node="client", timeout=5):
@@ -400,6 +416,8 @@ class Lab:
 
     # -- teardown ------------------------------------------------------------
     def teardown(self, quiet=False):
+        for warm in self.warm.values():
+            warm.stop()
         for node in self.nodes.values():
             for proc in node.processes:
                 proc.terminate()
