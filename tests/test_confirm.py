@@ -149,6 +149,39 @@ def test_a_node_that_cannot_plan_stops_before_the_question_naming_the_others(
                          "(to go on without it: --node lb1,lb2)\n"), text
 
 
+def test_asking_apply_all_checks_each_node_s_lbctl_with_the_plans_alone(tmp_path, monkeypatch,
+                                                                        fleet):
+    """The plans run with --expect-version: no separate pass over the nodes
+    (a start of lbctl on each, seconds on a Pi) before them."""
+    nodes = fleet()
+    status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
+    assert status == 0, text
+    assert [what for _, what in nodes.calls] == ["plan"] * 3 + ["apply"] * 3
+
+
+def test_a_node_with_another_lbctl_found_by_the_plans_stops_before_the_question(
+        tmp_path, monkeypatch, fleet):
+    from lbctl import __version__
+
+    nodes = fleet()
+    planned = nodes.run_on_each
+
+    def pi1_runs_an_older_lbctl(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = planned(targets_, args_for, stdin_text, ssh_config)
+        if "pi1" in found:
+            found["pi1"] = Outcome(found["pi1"].target, 3, "", "lbctl: this node runs lbctl "
+                                   f"0.1.9, not {__version__}\n")
+        return found
+    from lbctl.commands import cluster_plan
+    monkeypatch.setattr(cluster_plan, "run_on_each", pi1_runs_an_older_lbctl)
+    status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
+    assert status == 1 and nodes.applied() == []
+    assert "[y/N]" not in text
+    assert "== pi1 (worker, 192.168.1.3): this node runs lbctl 0.1.9, not" in text, text
+    assert text.endswith(f"stopped before any change: pi1 must run lbctl {__version__} first; "
+                         "not touched: lb1, lb2, pi1\n"), text
+
+
 def test_remove_asks_in_its_own_words(tmp_path, monkeypatch, fleet):
     fleet(pending=["lb1"])
     status, text = apply_all(tmp_path, monkeypatch, answer="no\n", remove=True)

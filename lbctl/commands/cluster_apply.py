@@ -24,10 +24,13 @@ def run(args, out):
     selected = select(cluster, args.node)
     require_a_way_to_ask("apply --all" + (" --remove" if args.remove else ""), args.yes,
                          out=out)
-    if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
-        return 1
     agreed = {}  # name: the fingerprint of the plan shown and agreed to
-    if not args.yes:
+    if args.yes:
+        if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
+            return 1
+    else:
+        # The plans shown before the question run with --expect-version too:
+        # they are the check, and a node pays for one lbctl start less.
         declined, agreed = _show_and_ask(args, cluster, selected, out)
         if declined is not None:
             return declined
@@ -82,7 +85,11 @@ def _roll_out(args, cluster, selected, stages, out, serving=None, agreed=None):
 def _show_and_ask(args, cluster, selected, out):
     """Each node's plan, then the question: (None to go ahead, else the exit
     status to stop with, nothing changed; {name: fingerprint of the plan shown})."""
-    pending, failed, fingerprints = plan_each(cluster, selected, args, out, fingerprints=True)
+    pending, failed, fingerprints, wrong = plan_each(cluster, selected, args, out,
+                                                     fingerprints=True)
+    if wrong:
+        _name_other_lbctl(wrong, selected, out)
+        return 1, {}
     if failed:
         planned = [t.node for t in selected if t.node not in failed]
         out.write(f"could not plan on {', '.join(failed)}; nothing was changed"
@@ -102,10 +109,11 @@ def _show_and_ask(args, cluster, selected, out):
 
 
 def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
-    """Every node runs this lbctl, asked before any node changes: a node with
-    another version (or none) would stop the rollout half way, with the nodes
-    before it already changed.  A node that cannot be reached is left to the
-    rollout itself, which stops there and says what it did."""
+    """With --yes, where no plan is shown first: whether every node runs
+    this lbctl, asked before any node changes.  A node with another version
+    (or none) would stop the rollout half way, with the nodes before it
+    already changed.  A node that cannot be reached is left to the rollout
+    itself, which stops there and says what it did."""
     progress(f"checking lbctl on {', '.join(t.node for t in selected)} ...")
     outcomes = run_on_each(selected, lambda t: ["validate", "-"], cluster.text, ssh_config)
     wrong = [t.node for t in selected
@@ -114,9 +122,13 @@ def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
         if target.node in wrong:
             out.write(node_block(outcomes[target.node], "FAILED") + "\n")
     if wrong:
-        out.write(f"stopped before any change: {', '.join(wrong)} must run lbctl "
-                  f"{__version__} first; not touched: {', '.join(t.node for t in selected)}\n")
+        _name_other_lbctl(wrong, selected, out)
     return not wrong
+
+
+def _name_other_lbctl(wrong, selected, out):
+    out.write(f"stopped before any change: {', '.join(wrong)} must run lbctl "
+              f"{__version__} first; not touched: {', '.join(t.node for t in selected)}\n")
 
 
 def _second_pass(cluster, selected, leaving, draining):

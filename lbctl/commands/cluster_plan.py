@@ -11,7 +11,7 @@ from lbctl.remote.ssh import run_on_each
 def run(args, out):
     cluster = load_cluster(args.file)
     selected = select(cluster, args.node)
-    pending, failed, _ = plan_each(cluster, selected, args, out)
+    pending, failed, _, _ = plan_each(cluster, selected, args, out)
     out.write(f"changes pending on {', '.join(pending) or 'no node'}"
               + (f"; could not plan on {', '.join(failed)}" if failed else "") + "\n")
     if failed:
@@ -21,7 +21,8 @@ def run(args, out):
 
 def plan_each(cluster, selected, args, out, fingerprints=False):
     """Print each selected node's plan; ([names with changes pending],
-    [names that could not plan], {name: its plan's fingerprint}).  apply
+    [names that could not plan], {name: its plan's fingerprint}, [names of
+    those that run another lbctl or none]).  apply
     --all shows the same before it asks (`fingerprints=True`), and has each
     node apply only the plan it showed."""
     flags = (["--remove"] if args.remove else []) + (["--force"] if args.force else [])
@@ -42,4 +43,6 @@ def plan_each(cluster, selected, args, out, fingerprints=False):
         for line in outcome.stderr.splitlines():
             if line.startswith(FINGERPRINT_MARK + ": "):
                 found[target.node] = line.partition(": ")[2].strip()
-    return pending, failed, found
+    wrong = [t.node for t in selected
+             if outcomes[t.node].missing_lbctl or outcomes[t.node].other_version]
+    return pending, failed, found, wrong
