@@ -394,9 +394,9 @@ def master_since(lab, node):
 
 def connection_rows(lab, node, port):
     """The node's IPVS entries of the client's connection from `port`, with
-    where each came from (Local: scheduled here; Sync: learned from the peer)."""
-    rows = lab.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
-    return [row for row in rows if row.split()[2] == f"{port:04X}"]
+    where each came from (LOCAL: scheduled here; SYNC: learned from the peer)."""
+    return [" ".join(fields) for fields in lab.connection_entries(node)
+            if fields[2] == f"{port:04X}"]
 
 
 def unused_client_port(lab):

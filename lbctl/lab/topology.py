@@ -17,6 +17,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from ipaddress import IPv4Address
 
 from lbctl.config import load_cluster
 from lbctl.errors import LabError
@@ -379,17 +380,22 @@ class Lab:
             run(["tc", "-n", netns, "filter", "add", "dev", "eth0", "parent", "ffff:",
                  "pref", str(pref), "protocol", "ip", "u32", *match, "action", "drop"])
 
+    def connection_entries(self, node):
+        """The node's IPVS connection entries, each the fields of a row of
+        /proc/net/ip_vs_conn_sync: protocol, client address and port, VIP and
+        port, worker address and port (hex), state, origin (LOCAL: scheduled
+        here; SYNC: learned from the peer), seconds left."""
+        rows = self.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
+        return [row.split() for row in rows]
+
     def learned_ports(self, node, vip, port):
         """The client ports of the established connections to vip:port that
-        `node` learned from its peer's sync daemon (Origin SYNC in the kernel's
-        table).  The sync daemon sends a new connection in a batch that goes
-        once full or 2 s old, and looks once a second: up to 3 s late."""
-        target = [f"{int.from_bytes(bytes(map(int, vip.split('.'))), 'big'):08X}",
-                  f"{port:04X}"]
-        rows = self.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
-        return {fields[2] for fields in map(str.split, rows)
-                if fields[3:5] == target and fields[7] == "ESTABLISHED"
-                and fields[8] == "SYNC"}
+        `node` learned from its peer's sync daemon.  The sync daemon sends a
+        new connection in a batch that goes once full or 2 s old, and looks
+        once a second: up to 3 s late."""
+        target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
+        return {fields[2] for fields in self.connection_entries(node)
+                if fields[3:5] == target and fields[7:9] == ["ESTABLISHED", "SYNC"]}
 
     def wait_until_learned(self, node, vip, port, count, before, timeout=30):
         """Until `node` has learned `count` connections to vip:port that were
