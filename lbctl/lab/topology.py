@@ -8,7 +8,6 @@ lbctl runs inside each namespace exactly as it would on a Pi.
 
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -17,10 +16,11 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address
 
 from lbctl.config import load_cluster
 from lbctl.errors import LabError
+from lbctl.lab.faults import Faults
+from lbctl.lab.observe import Observations
 from lbctl.lab.shell import DEFAULT_TIMEOUT, run
 from lbctl.lab.warm import WarmLbctl
 from lbctl.layout import Layout
@@ -38,8 +38,10 @@ class LabNode:
     processes: list = field(default_factory=list)
 
 
-class Lab:
-    """A lab whose namespaces come from `cluster`; apply may use other files later."""
+class Lab(Faults, Observations):
+    """A lab whose namespaces come from `cluster`; apply may use other files
+    later.  What it breaks on purpose (faults.py) and what it reads off the
+    nodes (observe.py) are parts of it."""
 
     def __init__(self, cluster, cluster_file, prefix="lab"):
         self.cluster = cluster
@@ -261,7 +263,7 @@ class Lab:
             raise LabError(f"lab client failed: {err.strip()}")
         return json.loads(out)
 
-    # -- keepalived on the balancers -------------------------------------------
+    # -- lbctl's files on a node ----------------------------------------------
     def layout(self, node, cluster_name=None):
         """lbctl's paths on a node, for the lab's cluster (or the one named)."""
         return Layout(cluster_name or self.cluster.name, self.nodes[node].root)
@@ -273,60 +275,6 @@ class Lab:
         found = getattr(layout, attribute)
         return layout.real(found(*args) if callable(found) else found)
 
-    def keepalived_pids(self, node):
-        pids = []
-        for name in ("keepalived", "vrrp", "checkers"):
-            try:
-                with open(self.path(node, "pid_file", name)) as fh:
-                    pid = int(fh.read().strip())
-                os.kill(pid, 0)
-                pids.append(pid)
-            except (OSError, ValueError):
-                pass
-        return pids
-
-    def kill_keepalived(self, node, sig=signal.SIGKILL):
-        """A crash (SIGKILL: no goodbye advert, VIP left behind) or a clean stop (SIGTERM)."""
-        for pid in self.keepalived_pids(node):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + 15
-        while self.keepalived_pids(node) and time.monotonic() < deadline:
-            time.sleep(0.05)
-
-    def vrrp_state(self, node):
-        """MASTER, BACKUP or FAULT as keepalived's notify hook last recorded it."""
-        try:
-            with open(self.path(node, "vrrp_state")) as fh:
-                return fh.read().split()[0]
-        except (OSError, IndexError):
-            return None
-
-    def keepalived_log(self, node, lines=40):
-        """The end of the node's keepalived log (lab keepalived logs to a file),
-        without the lines of each gratuitous ARP it sends, which would crowd out
-        the state changes."""
-        try:
-            with open(self.path(node, "log_file")) as fh:
-                kept = [line for line in fh if "Sending gratuitous ARP on" not in line]
-            return "".join(kept[-lines:])
-        except OSError as exc:
-            return f"(no log: {exc})"
-
-    def wait_for_roles(self, master="lb1", backup="lb2", timeout=30):
-        """Until the hooks record `master` MASTER and `backup` BACKUP; a timeout
-        shows what both keepalived logs say."""
-        try:
-            self.wait_for(lambda: self.vrrp_state(master) == "MASTER" and
-                          self.vrrp_state(backup) == "BACKUP", timeout=timeout,
-                          what=f"{master} master and {backup} backup")
-        except LabError as exc:
-            logs = "\n".join(f"--- {n} ({self.vrrp_state(n)}):\n{self.keepalived_log(n)}"
-                             for n in (master, backup))
-            raise LabError(f"{exc}\n{logs}") from None
-
     def wait_for(self, predicate, timeout=30, what="condition"):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -334,91 +282,6 @@ class Lab:
                 return
             time.sleep(0.1)
         raise LabError(f"timed out after {timeout}s waiting for {what}")
-
-    def set_link(self, node, up):
-        run(["ip", "-n", self.nodes[node].netns, "link", "set", "eth0", "up" if up else "down"])
-
-    def cut_master(self, master, backup, seconds_down, failback=True):
-        """Pull the master's cable, wait for the backup to take over, plug it back
-        in after `seconds_down` and wait for the master to take back over, or,
-        without preemption (`failback` False), to settle as the backup.
-        Returns when the link went down and when it came back (epoch seconds)."""
-        self.set_link(master, False)
-        cut = time.time()
-        self.wait_for(lambda: self.vrrp_state(backup) == "MASTER", timeout=30,
-                      what=f"{backup} to take over")
-        time.sleep(seconds_down)
-        self.set_link(master, True)
-        restored = time.time()
-        leader, follower = (master, backup) if failback else (backup, master)
-        self.wait_for(lambda: self.vrrp_state(leader) == "MASTER"
-                      and self.vrrp_state(follower) == "BACKUP", timeout=60,
-                      what=f"{leader} master and {follower} backup")
-        return cut, restored
-
-    def block_vrrp(self, node, blocked=True):
-        """Drop VRRP (IP protocol 112) arriving at a node: the balancers stop hearing
-        each other while clients still reach both."""
-        self._drop_arriving(node, 1, ["match", "ip", "protocol", "112", "0xff"] if blocked
-                            else None)
-
-    def block_sync(self, node, blocked=True, group="224.0.0.81", port=8848):
-        """Drop the IPVS sync daemon's multicast arriving at a node, as a firewall or a
-        switch's IGMP snooping would: VRRP and clients are not affected."""
-        match = ["match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
-                 "match", "ip", "dport", str(port), "0xffff"]
-        self._drop_arriving(node, 2, match if blocked else None)
-
-    def _drop_arriving(self, node, pref, match):
-        """A u32 drop rule on the ingress of a node's eth0, one per `pref` (so VRRP
-        and sync can be blocked at once); None removes it."""
-        netns = self.nodes[node].netns
-        run(["tc", "-n", netns, "qdisc", "add", "dev", "eth0", "ingress"], check=False)
-        run(["tc", "-n", netns, "filter", "del", "dev", "eth0", "parent", "ffff:",
-             "pref", str(pref)], check=False)
-        if match:
-            run(["tc", "-n", netns, "filter", "add", "dev", "eth0", "parent", "ffff:",
-                 "pref", str(pref), "protocol", "ip", "u32", *match, "action", "drop"])
-
-    def connection_entries(self, node):
-        """The node's IPVS connection entries, each the fields of a row of
-        /proc/net/ip_vs_conn_sync: protocol, client address and port, VIP and
-        port, worker address and port (hex), state, origin (LOCAL: scheduled
-        here; SYNC: learned from the peer), seconds left."""
-        rows = self.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
-        return [row.split() for row in rows]
-
-    def learned_ports(self, node, vip, port):
-        """The client ports of the established connections to vip:port that
-        `node` learned from its peer's sync daemon.  The sync daemon sends a
-        new connection in a batch that goes once full or 2 s old, and looks
-        once a second: up to 3 s late."""
-        target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
-        return {fields[2] for fields in self.connection_entries(node)
-                if fields[3:5] == target and fields[7:9] == ["ESTABLISHED", "SYNC"]}
-
-    def wait_until_learned(self, node, vip, port, count, before, timeout=30):
-        """Until `node` has learned `count` connections to vip:port that were
-        not among `before` (learned_ports() taken before they opened)."""
-        self.wait_for(lambda: len(self.learned_ports(node, vip, port) - before) >= count,
-                      timeout=timeout, what=f"{node} to learn {count} new connections "
-                      f"to {vip}:{port} from its peer")
-
-    def vip_macs(self, vip, node="client", count=3):
-        """The MACs that answer ARP for `vip`."""
-        out = self.sh(node, ["arping", "-c", str(count), "-i", "eth0", str(vip)],
-                      check=False).stdout
-        return set(re.findall(r"from ([0-9a-f:]{17})", out))
-
-    def iface_bytes(self, node, ifname="eth0"):
-        """(rx_bytes, tx_bytes) of an interface in a node's namespace."""
-        out = run(["ip", "-n", self.nodes[node].netns, "-j", "-s", "link", "show", ifname]).stdout
-        stats = json.loads(out)[0]["stats64"]
-        return stats["rx"]["bytes"], stats["tx"]["bytes"]
-
-    def mac(self, node, ifname="eth0"):
-        out = run(["ip", "-n", self.nodes[node].netns, "-j", "link", "show", ifname]).stdout
-        return json.loads(out)[0]["address"]
 
     # -- teardown ------------------------------------------------------------
     def teardown(self, quiet=False):

@@ -1,0 +1,55 @@
+"""What the lab's tests break on purpose: a cable pulled, VRRP or the sync
+daemon's multicast filtered on the way in.  A part of Lab (topology.py)."""
+
+import time
+
+from lbctl.lab.shell import run
+
+
+class Faults:
+    """Lab's faults; they act on the nodes of `self.nodes`."""
+
+    def set_link(self, node, up):
+        run(["ip", "-n", self.nodes[node].netns, "link", "set", "eth0", "up" if up else "down"])
+
+    def cut_master(self, master, backup, seconds_down, failback=True):
+        """Pull the master's cable, wait for the backup to take over, plug it back
+        in after `seconds_down` and wait for the master to take back over, or,
+        without preemption (`failback` False), to settle as the backup.
+        Returns when the link went down and when it came back (epoch seconds)."""
+        self.set_link(master, False)
+        cut = time.time()
+        self.wait_for(lambda: self.vrrp_state(backup) == "MASTER", timeout=30,
+                      what=f"{backup} to take over")
+        time.sleep(seconds_down)
+        self.set_link(master, True)
+        restored = time.time()
+        leader, follower = (master, backup) if failback else (backup, master)
+        self.wait_for(lambda: self.vrrp_state(leader) == "MASTER"
+                      and self.vrrp_state(follower) == "BACKUP", timeout=60,
+                      what=f"{leader} master and {follower} backup")
+        return cut, restored
+
+    def block_vrrp(self, node, blocked=True):
+        """Drop VRRP (IP protocol 112) arriving at a node: the balancers stop hearing
+        each other while clients still reach both."""
+        self._drop_arriving(node, 1, ["match", "ip", "protocol", "112", "0xff"] if blocked
+                            else None)
+
+    def block_sync(self, node, blocked=True, group="224.0.0.81", port=8848):
+        """Drop the IPVS sync daemon's multicast arriving at a node, as a firewall or a
+        switch's IGMP snooping would: VRRP and clients are not affected."""
+        match = ["match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
+                 "match", "ip", "dport", str(port), "0xffff"]
+        self._drop_arriving(node, 2, match if blocked else None)
+
+    def _drop_arriving(self, node, pref, match):
+        """A u32 drop rule on the ingress of a node's eth0, one per `pref` (so VRRP
+        and sync can be blocked at once); None removes it."""
+        netns = self.nodes[node].netns
+        run(["tc", "-n", netns, "qdisc", "add", "dev", "eth0", "ingress"], check=False)
+        run(["tc", "-n", netns, "filter", "del", "dev", "eth0", "parent", "ffff:",
+             "pref", str(pref)], check=False)
+        if match:
+            run(["tc", "-n", netns, "filter", "add", "dev", "eth0", "parent", "ffff:",
+                 "pref", str(pref), "protocol", "ip", "u32", *match, "action", "drop"])
