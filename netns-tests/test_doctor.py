@@ -16,9 +16,11 @@ DNS_VIP = BASE["services"]["dns"]["vip"]
 
 
 def doctor(lab, node, path, *extra, prefix=()):
-    """(exit status, report) of `lbctl doctor --json` run on a node."""
-    done = lab.sh(node, [*prefix, *lab.lbctl_argv("doctor", str(path), "--json", *extra,
-                                                   node=node)], check=False)
+    """(exit status, report) of `lbctl doctor --json` run on a node; with
+    `prefix`, under that command (a new lbctl process, not the lab's warm one)."""
+    args = ("doctor", str(path), "--json", *extra)
+    done = (lab.sh(node, [*prefix, *lab.lbctl_argv(*args, node=node)], check=False) if prefix
+            else lab.lbctl(node, *args))
     assert done.returncode in (0, 1), done.stdout + done.stderr
     return done.returncode, json.loads(done.stdout)
 

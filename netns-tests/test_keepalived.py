@@ -283,7 +283,8 @@ def test_a_master_cut_off_fails_over_and_back(lab, pair):
     records = lab.finish(load)
     down, back = summarize([r for r in records if r[0] < restored], cut), \
         summarize([r for r in records if r[0] >= restored], restored)
-    report("failover: master link down", vip_answers_after=f"{down['gap']:.2f}s",
+    report("failover: master link down",
+           vip_answers_after="never" if down["gap"] is None else f"{down['gap']:.2f}s",
            failed=f"{down['failed']}/{down['requests']}")
     report("failback: link restored", failed=f"{back['failed']}/{back['requests']}")
     # The backup answered for the VIP while lb1 was still cut off (not lb1
