@@ -23,6 +23,19 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+class _Version(argparse.Action):
+    """--version, which also answers --expect-version given before it: the
+    cheapest question --all can ask a node before it changes any."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        expected = getattr(namespace, "expect_version", None)
+        if expected is not None and expected != __version__:
+            parser.exit(EXIT_VERSION, f"lbctl: this node runs lbctl {__version__}, "
+                        f"not {expected}\n")
+        print(f"lbctl {__version__}")
+        parser.exit(0)
+
+
 def _common_flags():
     """Flags every subcommand takes, after its name as well as before it."""
     common = Parser(add_help=False)
@@ -50,7 +63,9 @@ def build_parser():
     common = _common_flags()
     parser = Parser(prog="lbctl", parents=[common],
                     description="Declarative IPVS direct-routing load balancers.")
-    parser.add_argument("--version", action="version", version=f"lbctl {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="show lbctl's version and exit (exit 3 when --expect-version, "
+                        "given before it, names another)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=Parser)
 

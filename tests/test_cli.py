@@ -32,6 +32,18 @@ def test_version_prints_the_version(capsys):
     assert capsys.readouterr().out.strip() == f"lbctl {__version__}"
 
 
+def test_version_answers_an_expected_version_given_before_it(capsys):
+    """What apply --all --yes asks each node first: `lbctl --expect-version V --version`."""
+    with pytest.raises(SystemExit) as exc:
+        main(["--expect-version", __version__, "--version"])
+    assert (exc.value.code, capsys.readouterr().out) == (0, f"lbctl {__version__}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["--expect-version", "0.0.1", "--version"])
+    captured = capsys.readouterr()
+    assert exc.value.code == 3 and captured.out == ""
+    assert captured.err == f"lbctl: this node runs lbctl {__version__}, not 0.0.1\n"
+
+
 def test_global_flags_work_after_the_subcommand_too(capsys):
     bad = str(EXAMPLE) + ".missing"
     assert main(["validate", bad, "--debug"]) == 1  # a config error is never a traceback

@@ -31,7 +31,9 @@ class Fleet:
     """The nodes' answers over SSH: `pending` nodes have changes to plan."""
 
     def __init__(self, pending):
-        self.pending, self.calls = set(pending), []
+        from lbctl import __version__
+
+        self.pending, self.calls, self.version = set(pending), [], __version__
 
     def run_on_each(self, targets_, args_for, stdin_text, ssh_config=None, **kw):
         found = {}
@@ -42,6 +44,8 @@ class Fleet:
                 changed = t.node in self.pending
                 found[t.node] = Outcome(t, 2 if changed else 0,
                                         "  ~ weight\n" if changed else "no changes\n", "")
+            elif argv == ["--version"]:
+                found[t.node] = Outcome(t, 0, f"lbctl {self.version}\n", "")
             else:
                 found[t.node] = Outcome(t, 0, f"{argv[0]} {t.node}: ok\n", "")
         return found

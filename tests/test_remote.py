@@ -214,7 +214,7 @@ def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monke
             asked.append((t.node, args_for(t)))
             found[t.node] = (Outcome(t, 3, "", "lbctl: this node runs lbctl 0.1.9, not "
                                      f"{__version__}\n") if t.node == "pi2" else
-                             Outcome(t, 0, "valid\n", ""))
+                             Outcome(t, 0, f"lbctl {__version__}\n", ""))
         return found
     monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
     path = tmp_path / "pair.yaml"
@@ -223,11 +223,38 @@ def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monke
     args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False,
                            yes=True)
     assert cluster_apply.run(args, out) == 1
-    assert {tuple(args_) for _, args_ in asked} == {("validate", "-")}  # only the check ran
+    assert {tuple(args_) for _, args_ in asked} == {("--version",)}  # only the check ran
     text = out.getvalue()
     assert "== pi2 (worker, 192.168.100.4): this node runs lbctl 0.1.9, not" in text
     assert "/opt/lbctl/bin/pip install --upgrade" in text
     assert text.endswith(f"stopped before any change: pi2 must run lbctl {__version__} first; "
+                         "not touched: lb1, lb2, pi1, pi2\n"), text
+
+
+def test_an_lbctl_that_answers_the_version_check_with_another_version_is_named(monkeypatch,
+                                                                              tmp_path):
+    """An lbctl from before --version answered --expect-version prints its
+    version and exits 0: apply --all still stops before any change."""
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_apply
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        assert all(args_for(t) == ["--version"] for t in targets_)
+        return {t.node: Outcome(t, 0, "lbctl 0.2.9\n" if t.node == "lb2" else
+                                f"lbctl {__version__}\n", "") for t in targets_}
+    monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+    out = io.StringIO()
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False,
+                           yes=True)
+    assert cluster_apply.run(args, out) == 1
+    text = out.getvalue()
+    assert f"== lb2 (balancer, 192.168.100.5): this node runs lbctl 0.2.9, not {__version__}" \
+        in text, text
+    assert text.endswith(f"stopped before any change: lb2 must run lbctl {__version__} first; "
                          "not touched: lb1, lb2, pi1, pi2\n"), text
 
 
@@ -540,8 +567,8 @@ def test_apply_all_in_mode_ecmp_stops_when_a_balancer_does_not_serve_again(monke
             elif argv[0] == "status":
                 asked.append(t.node)
                 found[t.node] = Outcome(t, 0, _bgp_json(sessions[t.node], vips), "")
-            else:
-                found[t.node] = Outcome(t, 0, "valid\n", "")
+            else:  # --version, before any change
+                found[t.node] = Outcome(t, 0, f"lbctl {__version__}\n", "")
         return found
     monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
     monkeypatch.setattr(fleet, "run_on_each", on_each)

@@ -1,11 +1,13 @@
 """apply --all: every node over SSH, in an order that keeps traffic flowing."""
 
 import time
+from dataclasses import replace
 
 from lbctl import __version__
 from lbctl.commands.cluster_plan import plan_each
 from lbctl.config import load_cluster
 from lbctl.config.model import Mode
+from lbctl.errors import EXIT_VERSION
 from lbctl.engine.plan import DEFERRED_MARK, DRAINING_MARK
 from lbctl.remote.fleet import back_in_service, balancers_now, bgp_offers, rollout_stages, select
 from lbctl.remote.ssh import run_on_each
@@ -115,7 +117,10 @@ def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
     already changed.  A node that cannot be reached is left to the rollout
     itself, which stops there and says what it did."""
     progress(f"checking lbctl on {', '.join(t.node for t in selected)} ...")
-    outcomes = run_on_each(selected, lambda t: ["validate", "-"], cluster.text, ssh_config)
+    # --version answers the --expect-version every remote command carries,
+    # and reads no file: the cheapest lbctl start there is.
+    outcomes = {node: _version_told(outcome) for node, outcome in
+                run_on_each(selected, lambda t: ["--version"], "", ssh_config).items()}
     wrong = [t.node for t in selected
              if outcomes[t.node].missing_lbctl or outcomes[t.node].other_version]
     for target in selected:
@@ -124,6 +129,17 @@ def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
     if wrong:
         _name_other_lbctl(wrong, selected, out)
     return not wrong
+
+
+def _version_told(outcome):
+    """An lbctl from before --version answered --expect-version says its
+    version and exits 0: read as the refusal a newer one gives."""
+    told = outcome.stdout.strip()
+    if outcome.returncode == 0 and told != f"lbctl {__version__}":
+        version = told.removeprefix("lbctl ") or "of a version it does not name"
+        return replace(outcome, returncode=EXIT_VERSION, stdout="",
+                       stderr=f"lbctl: this node runs lbctl {version}, not {__version__}\n")
+    return outcome
 
 
 def _name_other_lbctl(wrong, selected, out):
