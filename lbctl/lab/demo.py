@@ -12,6 +12,7 @@ import shutil
 import time
 
 from lbctl.config import load_cluster
+from lbctl.config.model import Mode
 from lbctl.lab.topology import BLOB_BYTES, Lab
 from lbctl.lab.traffic import summarize
 
@@ -26,7 +27,7 @@ def _print(out, text=""):
 def demo(cluster_file, out, requests=12):
     cluster = load_cluster(cluster_file)
     balancer = next(iter(cluster.balancers))
-    ecmp = cluster.mode == "ecmp"
+    ecmp = cluster.mode == Mode.ECMP
     if ecmp:
         from lbctl.lab.routed import RoutedLab
 
@@ -88,7 +89,7 @@ def demo(cluster_file, out, requests=12):
             _print(out, f"   the {which} carried {share:.2f}% of what the client received: "
                         "responses went from the workers straight to the client")
 
-        if cluster.mode == "failover" and web is not None:
+        if cluster.mode == Mode.FAILOVER and web is not None:
             _failover(lab, cluster, web, out)
 
         _print(out, f"\n== lbctl status on {balancer}")

@@ -3,6 +3,8 @@
 import time
 from dataclasses import dataclass
 
+from lbctl.config.model import Mode
+
 NO_OUTGOING = ("(direct routing: replies go from the workers straight to the clients, "
                "so the balancer counts no outgoing packets or bytes)")
 
@@ -61,7 +63,7 @@ def role_line(info, now):
 
     if info.vrrp is not None:
         return f"VRRP {info.vrrp.state} {for_how_long(now, info.vrrp.since)}"
-    if info.mode == "ecmp":
+    if info.mode == Mode.ECMP:
         return "no VRRP (mode ecmp: every balancer active)"
     return "no VRRP (a single balancer)" if info.pair is False else "no VRRP state reported"
 
