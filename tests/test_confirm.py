@@ -69,6 +69,18 @@ def fleet(monkeypatch):
     return make
 
 
+def pi1_plans(nodes, monkeypatch, returncode, stderr):
+    """pi1's plan ends with `returncode` and `stderr`; the other nodes answer as `nodes` do."""
+    from lbctl.commands import cluster_plan
+
+    def answers(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = nodes.run_on_each(targets_, args_for, stdin_text, ssh_config)
+        if "pi1" in found and args_for(targets_[0])[0] == "plan":
+            found["pi1"] = Outcome(found["pi1"].target, returncode, "", stderr)
+        return found
+    monkeypatch.setattr(cluster_plan, "run_on_each", answers)
+
+
 def apply_all(tmp_path, monkeypatch, answer=None, yes=False, remove=False):
     """Run apply --all; `answer`: what the person types (None: no terminal)."""
     from lbctl.commands import cluster_apply
@@ -137,15 +149,7 @@ def test_nothing_planned_asks_nothing_and_applies_to_check_the_nodes(tmp_path, m
 def test_a_node_that_cannot_plan_stops_before_the_question_naming_the_others(
         tmp_path, monkeypatch, fleet):
     nodes = fleet()
-    broken = nodes.run_on_each
-
-    def pi1_cannot_plan(targets_, args_for, stdin_text, ssh_config=None, **kw):
-        found = broken(targets_, args_for, stdin_text, ssh_config)
-        if "pi1" in found and args_for(targets_[0])[0] == "plan":
-            found["pi1"] = Outcome(found["pi1"].target, 1, "", "lbctl: something broke\n")
-        return found
-    from lbctl.commands import cluster_plan
-    monkeypatch.setattr(cluster_plan, "run_on_each", pi1_cannot_plan)
+    pi1_plans(nodes, monkeypatch, 1, "lbctl: something broke\n")
     status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
     assert status == 1 and nodes.applied() == []
     assert "[y/N]" not in text
@@ -168,16 +172,7 @@ def test_a_node_with_another_lbctl_found_by_the_plans_stops_before_the_question(
     from lbctl import __version__
 
     nodes = fleet()
-    planned = nodes.run_on_each
-
-    def pi1_runs_an_older_lbctl(targets_, args_for, stdin_text, ssh_config=None, **kw):
-        found = planned(targets_, args_for, stdin_text, ssh_config)
-        if "pi1" in found:
-            found["pi1"] = Outcome(found["pi1"].target, 3, "", "lbctl: this node runs lbctl "
-                                   f"0.1.9, not {__version__}\n")
-        return found
-    from lbctl.commands import cluster_plan
-    monkeypatch.setattr(cluster_plan, "run_on_each", pi1_runs_an_older_lbctl)
+    pi1_plans(nodes, monkeypatch, 3, f"lbctl: this node runs lbctl 0.1.9, not {__version__}\n")
     status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
     assert status == 1 and nodes.applied() == []
     assert "[y/N]" not in text

@@ -200,7 +200,9 @@ def test_rollout_without_checks_needs_no_wait():
     assert ok and "no health check" in how
 
 
-def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monkeypatch, tmp_path):
+def _apply_all_yes(monkeypatch, tmp_path, answer):
+    """apply --all --yes of PAIR, each node answering `answer(target)`: (exit
+    status, what it printed, the arguments each node was given)."""
     import io
     from types import SimpleNamespace
 
@@ -209,22 +211,23 @@ def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monke
     asked = []
 
     def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
-        found = {}
-        for t in targets_:
-            asked.append((t.node, args_for(t)))
-            found[t.node] = (Outcome(t, 3, "", "lbctl: this node runs lbctl 0.1.9, not "
-                                     f"{__version__}\n") if t.node == "pi2" else
-                             Outcome(t, 0, f"lbctl {__version__}\n", ""))
-        return found
+        asked.extend(tuple(args_for(t)) for t in targets_)
+        return {t.node: answer(t) for t in targets_}
     monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
     path = tmp_path / "pair.yaml"
     path.write_text(PAIR)
     out = io.StringIO()
     args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False,
                            yes=True)
-    assert cluster_apply.run(args, out) == 1
-    assert {tuple(args_) for _, args_ in asked} == {("--version",)}  # only the check ran
-    text = out.getvalue()
+    return cluster_apply.run(args, out), out.getvalue(), asked
+
+
+def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monkeypatch, tmp_path):
+    status, text, asked = _apply_all_yes(monkeypatch, tmp_path, lambda t: (
+        Outcome(t, 3, "", f"lbctl: this node runs lbctl 0.1.9, not {__version__}\n")
+        if t.node == "pi2" else Outcome(t, 0, f"lbctl {__version__}\n", "")))
+    assert status == 1
+    assert set(asked) == {("--version",)}  # only the check ran
     assert "== pi2 (worker, 192.168.100.4): this node runs lbctl 0.1.9, not" in text
     assert "/opt/lbctl/bin/pip install --upgrade" in text
     assert text.endswith(f"stopped before any change: pi2 must run lbctl {__version__} first; "
@@ -235,23 +238,9 @@ def test_an_lbctl_that_answers_the_version_check_with_another_version_is_named(m
                                                                               tmp_path):
     """An lbctl from before --version answered --expect-version prints its
     version and exits 0: apply --all still stops before any change."""
-    import io
-    from types import SimpleNamespace
-
-    from lbctl.commands import cluster_apply
-
-    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
-        assert all(args_for(t) == ["--version"] for t in targets_)
-        return {t.node: Outcome(t, 0, "lbctl 0.2.9\n" if t.node == "lb2" else
-                                f"lbctl {__version__}\n", "") for t in targets_}
-    monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
-    path = tmp_path / "pair.yaml"
-    path.write_text(PAIR)
-    out = io.StringIO()
-    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=False, force=False,
-                           yes=True)
-    assert cluster_apply.run(args, out) == 1
-    text = out.getvalue()
+    status, text, asked = _apply_all_yes(monkeypatch, tmp_path, lambda t: Outcome(
+        t, 0, "lbctl 0.2.9\n" if t.node == "lb2" else f"lbctl {__version__}\n", ""))
+    assert status == 1 and set(asked) == {("--version",)}
     assert f"== lb2 (balancer, 192.168.100.5): this node runs lbctl 0.2.9, not {__version__}" \
         in text, text
     assert text.endswith(f"stopped before any change: lb2 must run lbctl {__version__} first; "
