@@ -49,6 +49,8 @@ def test_a_command_answers_as_a_new_lbctl_process_would(node, tmp_path, monkeypa
     (tmp_path / "bad.yaml").write_text(CLUSTER + "surprise: 1\n")
     warm.run(["--version"], timeout=60)  # the server starts in another folder
     monkeypatch.chdir(tmp_path)  # relative paths are the caller's
+    (tmp_path / "root" / "run").mkdir(parents=True)
+    monkeypatch.setenv("LBCTL_ROOT", str(tmp_path / "root"))  # not this machine's own files
     for args in (["--version"], ["no-such-command"], ["validate", "c.yaml"],
                  ["validate", "bad.yaml"], ["plan", "c.yaml", "--node", "pi1"]):
         warm_done = warm.run(args, timeout=60)
@@ -93,3 +95,20 @@ def test_a_namespace_made_anew_gets_a_server_of_its_own(node):
     with open(f"/proc/{warm.process.pid}/ns/net") as fh:
         in_server = os.fstat(fh.fileno()).st_ino
     assert in_server == os.stat(f"/run/netns/{name}").st_ino
+
+
+def test_the_server_ends_with_the_lab_and_leaves_no_socket(node):
+    name, warm = node
+    assert warm.run(["--version"], timeout=60).returncode == 0
+    server = warm.process
+    warm.stop()
+    assert server.returncode == 0  # it ended by itself once the lab's end closed
+    assert not os.path.exists(warm.path)
+    assert warm.run(["--version"], timeout=60).returncode == 0  # and starts again when asked
+
+
+def test_a_namespace_gone_is_an_error_that_names_it(node):
+    name, warm = node
+    subprocess.run(["ip", "netns", "del", name], check=True)
+    with pytest.raises(LabError, match=f"no network namespace {name}"):
+        warm.run(["--version"], timeout=60)

@@ -7,7 +7,8 @@ from lbctl.lab.shell import run
 
 
 class Faults:
-    """Lab's faults; they act on the nodes of `self.nodes`."""
+    """Lab's faults; they act on the nodes of `self.nodes`, and wait with
+    Lab.wait_for() on what Observations.vrrp_state() reads."""
 
     def set_link(self, node, up):
         run(["ip", "-n", self.nodes[node].netns, "link", "set", "eth0", "up" if up else "down"])

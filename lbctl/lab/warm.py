@@ -5,10 +5,12 @@ In the emulated lab a Python start costs about 1.4 s of CPU, and 0.85 s of it
 is importing lbctl; the lab runs lbctl on its nodes hundreds of times (every
 reset applies on every node).  So each node gets one server, started inside
 the node's namespace, that imports lbctl and then forks once per command.
-The child is a new process, as `lbctl ...` would be: it takes the caller's
-stdin, stdout and stderr (passed over the socket), environment and working
-directory, runs lbctl's own main(), and exits with its status.  Nothing but
-the imports is shared between commands.
+The child is a new process, as `lbctl ...` would be: it takes the stdin,
+stdout and stderr the caller passes over the socket (/dev/null and two
+pipes), the caller's environment and working directory, runs lbctl's own
+main(), and exits with its status.  Nothing but
+the imports is shared between commands (and the hash seed: a set of names
+iterates in the same order in every command of one server).
 
 What goes over SSH (--all), through the boot units or under strace still
 starts lbctl as a user's shell would; this only serves Lab.lbctl and
@@ -52,12 +54,21 @@ def serve(path):
     listener.listen(16)
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ)
+    # The lab holds the other end of stdin: when the lab is gone, however it
+    # went, so is the server, and the namespace it kept alive.
+    selector.register(sys.stdin, selectors.EVENT_READ)
     print("ready", flush=True)
     while True:
         for key, _ in selector.select():
-            if key.fileobj is listener:
+            if key.fileobj is sys.stdin:
+                if not os.read(sys.stdin.fileno(), 4096):
+                    return
+            elif key.fileobj is listener:
                 connection, _ = listener.accept()
-                child = _start(connection, listener)
+                try:
+                    child = _start(connection, selector)
+                except OSError:  # the caller went away, or no fork was to be had
+                    child = None
                 if child is None:
                     connection.close()
                     continue
@@ -66,21 +77,26 @@ def serve(path):
                 selector.register(os.pidfd_open(child), selectors.EVENT_READ,
                                   (child, connection))
             else:
-                child, connection = key.data
-                selector.unregister(key.fileobj)
-                os.close(key.fd)
-                _, status = os.waitpid(child, 0)
-                code = os.waitstatus_to_exitcode(status)
-                word = f"signal {-code}" if code < 0 else f"exit {code}"
-                try:
-                    connection.sendall(f"{word}\n".encode())
-                except OSError:
-                    pass  # the caller gave up (its timeout): nothing to tell
-                connection.close()
+                _report_end(selector, key)
 
 
-def _start(connection, listener):
+def _report_end(selector, key):
+    child, connection = key.data
+    selector.unregister(key.fileobj)
+    os.close(key.fd)
+    _, status = os.waitpid(child, 0)
+    code = os.waitstatus_to_exitcode(status)
+    word = f"signal {-code}" if code < 0 else f"exit {code}"
+    try:
+        connection.sendall(f"{word}\n".encode())
+    except OSError:
+        pass  # the caller gave up (its timeout): nothing to tell
+    connection.close()
+
+
+def _start(connection, selector):
     """Fork the command a caller sent; its pid, or None for a bad request."""
+    connection.settimeout(10)  # a caller that sends nothing does not hold the server
     try:
         message, fds, _, _ = socket.recv_fds(connection, HEADER_LIMIT, 3)
         request = json.loads(message)
@@ -92,17 +108,28 @@ def _start(connection, listener):
         return None
     child = os.fork()
     if child == 0:
-        _run_child(request, fds, connection, listener)  # never returns
+        _run_child(request, fds, connection, selector)  # never returns
     for fd in fds:
         os.close(fd)
-    connection.sendall(f"pid {child}\n".encode())
+    try:
+        connection.sendall(f"pid {child}\n".encode())
+    except OSError:
+        pass  # the caller is gone; the command runs on as it would have
     return child
 
 
-def _run_child(request, fds, connection, listener):
+def _run_child(request, fds, connection, selector):
     code = 1
     try:
-        listener.close()
+        # Nothing of the server's stays open in the command: its socket, its
+        # other callers' connections and the pidfds of their commands.
+        for key in list(selector.get_map().values()):
+            if isinstance(key.data, tuple):
+                os.close(key.fd)
+                key.data[1].close()
+            elif key.fileobj is not sys.stdin:
+                key.fileobj.close()
+        selector.close()
         connection.close()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
@@ -112,10 +139,12 @@ def _run_child(request, fds, connection, listener):
         os.environ.update(request["env"])
         os.chdir(request["cwd"])
         sys.argv = ["lbctl", *request["argv"]]
-        # Text streams on the new descriptors, as a new interpreter opens them.
+        # Text streams on the new descriptors, as a new interpreter opens them:
+        # stderr line-buffered whatever it is.
         sys.stdin = sys.__stdin__ = open(0, closefd=False)
         sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)
-        sys.stderr = sys.__stderr__ = open(2, "w", closefd=False, errors="backslashreplace")
+        sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False,
+                                           errors="backslashreplace")
         from lbctl.cli import main
 
         try:
@@ -134,8 +163,12 @@ def _run_child(request, fds, connection, listener):
         code = 1
     finally:
         try:
+            # What the interpreter does on its way out: wait for threads, run
+            # the atexit functions, flush.
             import atexit
+            import threading
 
+            threading._shutdown()
             atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
@@ -154,42 +187,49 @@ class WarmLbctl:
         self.starting = threading.Lock()
 
     def run(self, argv, timeout):
-        """lbctl `argv` in the node, as subprocess.run(capture_output=True,
-        text=True) would give it back."""
+        """lbctl `argv` in the node, with /dev/null for its stdin, as
+        subprocess.run(capture_output=True, text=True) would give it back."""
         self._ensure()
+        shown = f"lbctl {' '.join(map(str, argv))} in {self.netns}"
+        deadline = time.monotonic() + timeout
         stdout_r, stdout_w = os.pipe()
         stderr_r, stderr_w = os.pipe()
         devnull = os.open(os.devnull, os.O_RDONLY)
-        deadline = time.monotonic() + timeout
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+            connection.settimeout(timeout)
             try:
                 connection.connect(self.path)
                 request = {"argv": list(map(str, argv)), "env": dict(os.environ),
                            "cwd": os.getcwd()}
                 socket.send_fds(connection, [json.dumps(request).encode()],
                                 [devnull, stdout_w, stderr_w])
+                reply = connection.makefile("r")
+                started = reply.readline().split()
+            except OSError as exc:
+                os.close(stdout_r), os.close(stderr_r)
+                raise LabError(f"{shown}: the lab's lbctl server did not take it: {exc}") \
+                    from None
             finally:
                 for fd in (devnull, stdout_w, stderr_w):
                     os.close(fd)
-            reply = connection.makefile("r")
-            started = reply.readline().split()
             if started[:1] != ["pid"]:
                 os.close(stdout_r), os.close(stderr_r)
-                raise LabError(f"{self.netns}: the warm lbctl refused {argv}")
+                raise LabError(f"{shown}: the lab's lbctl server refused it")
             child = int(started[1])
             try:
                 out, err = _read_both(stdout_r, stderr_r, deadline)
+                connection.settimeout(max(1.0, deadline - time.monotonic()))
+                word, number = reply.readline().split()
             except TimeoutError:
                 _stop(child)
-                raise LabError(f"lbctl {' '.join(map(str, argv))} in {self.netns}: "
-                               f"no answer after {timeout:g} s") from None
-            connection.settimeout(max(1.0, deadline - time.monotonic()))
-            try:
-                word, number = reply.readline().split()
+                raise LabError(f"{shown}: no answer after {timeout:g} s") from None
             except (OSError, ValueError):
                 _stop(child)
-                raise LabError(f"lbctl {' '.join(map(str, argv))} in {self.netns}: closed its "
-                               f"output but did not end within {timeout:g} s") from None
+                raise LabError(f"{shown}: closed its output but did not end within "
+                               f"{timeout:g} s") from None
+            except BaseException:  # Ctrl-C: the command goes too, as a child process would
+                _stop(child)
+                raise
         code = int(number)
         return subprocess.CompletedProcess(["lbctl", *argv], -code if word == "signal" else code,
                                            out, err)
@@ -201,27 +241,38 @@ class WarmLbctl:
     def _start_if_needed(self):
         # A namespace deleted and added again under the same name is another
         # node: a server left in the old one would run lbctl there.
-        current = os.stat(f"/run/netns/{self.netns}").st_ino
+        try:
+            current = os.stat(f"/run/netns/{self.netns}").st_ino
+        except FileNotFoundError:
+            raise LabError(f"no network namespace {self.netns}") from None
         if self.process is not None and self.process.poll() is None and \
                 self.namespace == current:
             return
         self.stop()
-        if os.path.exists(self.path):
-            os.unlink(self.path)
+        # Its own session: a Ctrl-C at the lab's terminal reaches the lab,
+        # which stops the command it waits for; the server ends with the lab.
         self.process = subprocess.Popen(
             ["ip", "netns", "exec", self.netns, sys.executable, "-m", "lbctl.lab.warm",
-             self.path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True)
+             self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            start_new_session=True)
         if self.process.stdout.readline().strip() != "ready":
             self.stop()
-            raise LabError(f"{self.netns}: the warm lbctl did not start")
+            raise LabError(f"{self.netns}: the lab's lbctl server did not start "
+                           "(its error is above)")
         self.namespace = current
 
     def stop(self):
         if self.process is not None:
-            self.process.kill()
-            self.process.wait()
+            self.process.stdin.close()  # the server's cue to end
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
             self.process.stdout.close()
             self.process = None
+        if os.path.exists(self.path):
+            os.unlink(self.path)
 
 
 def _read_both(stdout_r, stderr_r, deadline):
