@@ -23,19 +23,6 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
-class _Version(argparse.Action):
-    """--version, which also answers --expect-version given before it: the
-    cheapest question --all can ask a node before it changes any."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        expected = getattr(namespace, "expect_version", None)
-        if expected is not None and expected != __version__:
-            parser.exit(EXIT_VERSION, f"lbctl: this node runs lbctl {__version__}, "
-                        f"not {expected}\n")
-        print(f"lbctl {__version__}")
-        parser.exit(0)
-
-
 def _common_flags():
     """Flags every subcommand takes, after its name as well as before it."""
     common = Parser(add_help=False)
@@ -63,9 +50,9 @@ def build_parser():
     common = _common_flags()
     parser = Parser(prog="lbctl", parents=[common],
                     description="Declarative IPVS direct-routing load balancers.")
-    parser.add_argument("--version", action=_Version, nargs=0,
-                        help="show lbctl's version and exit (exit 3 when --expect-version, "
-                        "given before it, names another)")
+    parser.add_argument("--version", action="version", version=f"lbctl {__version__}",
+                        help="show lbctl's version and exit (exit 3 when --expect-version "
+                        "names another)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=Parser)
 
@@ -327,7 +314,27 @@ def _os_error_text(exc):
     return f"{text}; run as root" if isinstance(exc, PermissionError) else text
 
 
+def _expected_version(argv):
+    """The VERSION of --expect-version, looked for before the rest is parsed:
+    a node of another version may not know the other flags --all passes it,
+    and must answer with its version, not a usage error."""
+    for i, word in enumerate(argv):
+        if word == "--":
+            break
+        if word == "--expect-version" and i + 1 < len(argv):
+            following = argv[i + 1]
+            return None if following.startswith("-") else following  # argparse says what is wrong
+        if word.startswith("--expect-version="):
+            return word.partition("=")[2]
+    return None
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    expected = _expected_version(argv)
+    if expected is not None and expected != __version__:
+        print(f"lbctl: this node runs lbctl {__version__}, not {expected}", file=sys.stderr)
+        return EXIT_VERSION
     parser = build_parser()
     args = parser.parse_args(argv)
     refused = refused_under_sudo(args)
@@ -338,10 +345,6 @@ def main(argv=None):
         return 1
     _check_arguments(parser, args)
     debug = getattr(args, "debug", False)
-    expected = getattr(args, "expect_version", None)
-    if expected is not None and expected != __version__:
-        print(f"lbctl: this node runs lbctl {__version__}, not {expected}", file=sys.stderr)
-        return EXIT_VERSION
     name = COMMANDS[args.command]
     if getattr(args, "all", False):
         name = f"cluster_{name}"

@@ -34,6 +34,7 @@ class Fleet:
         from lbctl import __version__
 
         self.pending, self.calls, self.version = set(pending), [], __version__
+        self.versions = {}  # node: the version its lbctl says, where not this one
 
     def run_on_each(self, targets_, args_for, stdin_text, ssh_config=None, **kw):
         found = {}
@@ -45,7 +46,8 @@ class Fleet:
                 found[t.node] = Outcome(t, 2 if changed else 0,
                                         "  ~ weight\n" if changed else "no changes\n", "")
             elif argv == ["--version"]:
-                found[t.node] = Outcome(t, 0, f"lbctl {self.version}\n", "")
+                found[t.node] = Outcome(t, 0, f"lbctl {self.versions.get(t.node, self.version)}\n",
+                                        "")
             else:
                 found[t.node] = Outcome(t, 0, f"{argv[0]} {t.node}: ok\n", "")
         return found
@@ -177,6 +179,24 @@ def test_a_node_with_another_lbctl_found_by_the_plans_stops_before_the_question(
     assert status == 1 and nodes.applied() == []
     assert "[y/N]" not in text
     assert "== pi1 (worker, 192.168.1.3): this node runs lbctl 0.1.9, not" in text, text
+    assert text.endswith(f"stopped before any change: pi1 must run lbctl {__version__} first; "
+                         "not touched: lb1, lb2, pi1\n"), text
+
+
+def test_a_plan_refused_as_a_usage_error_is_asked_its_lbctl_s_version(tmp_path, monkeypatch,
+                                                                      fleet):
+    """An lbctl that checks --expect-version only after the flags answers a
+    flag it does not know with a usage error: apply --all asks its version,
+    and names it, rather than offer to go on without the node."""
+    from lbctl import __version__
+
+    nodes = fleet()
+    nodes.versions["pi1"] = "0.2.9"
+    pi1_plans(nodes, monkeypatch, 64, "lbctl: error: unrecognized arguments: --fingerprint\n")
+    status, text = apply_all(tmp_path, monkeypatch, answer="y\n")
+    assert status == 1 and nodes.applied() == []
+    assert ("pi1", "--version") in nodes.calls and ("lb1", "--version") not in nodes.calls
+    assert f"this node runs lbctl 0.2.9, not {__version__}" in text, text
     assert text.endswith(f"stopped before any change: pi1 must run lbctl {__version__} first; "
                          "not touched: lb1, lb2, pi1\n"), text
 

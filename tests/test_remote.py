@@ -11,7 +11,7 @@ from lbctl import __version__
 from lbctl.errors import NodeError
 from lbctl.remote.fleet import advert_changes, balancer_order, rollout_stages, select
 from lbctl.render.keepalived import vrrp_anchor
-from lbctl.remote.ssh import Outcome, ssh_argv, targets
+from lbctl.remote.ssh import Outcome, Target, ssh_argv, targets
 
 PAIR = """\
 cluster: pi-web
@@ -245,6 +245,27 @@ def test_an_lbctl_that_answers_the_version_check_with_another_version_is_named(m
         in text, text
     assert text.endswith(f"stopped before any change: lb2 must run lbctl {__version__} first; "
                          "not touched: lb1, lb2, pi1, pi2\n"), text
+
+
+def test_the_version_check_reads_past_what_a_login_shell_prints():
+    from lbctl.commands.cluster_apply import _version_told
+
+    target = Target("pi1", "worker", "192.168.100.3")
+    welcome = "Welcome to pi1\nlbctl 9.9 is what the motd says\n"
+    same = _version_told(Outcome(target, 0, f"{welcome}lbctl {__version__}\n", ""))
+    assert not same.other_version and same.returncode == 0
+    other = _version_told(Outcome(target, 0, f"{welcome}lbctl 0.2.9\n", ""))
+    assert other.other_version
+    assert other.problem().startswith(f"this node runs lbctl 0.2.9, not {__version__}")
+
+
+def test_an_lbctl_older_than_the_version_check_is_named_as_older():
+    """Before 0.2, argparse took the version after --expect-version for the command."""
+    target = Target("pi1", "worker", "192.168.100.3")
+    older = Outcome(target, 2, "", "usage: lbctl [-h] COMMAND ...\nlbctl: error: argument "
+                    f"COMMAND: invalid choice: '{__version__}' (choose from 'plan', 'apply')\n")
+    assert older.other_version
+    assert "older than 0.2" in older.problem()
 
 
 def test_drain_all_asks_every_balancer_first_and_changes_none_when_one_refuses(monkeypatch,

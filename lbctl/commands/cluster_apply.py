@@ -1,5 +1,6 @@
 """apply --all: every node over SSH, in an order that keeps traffic flowing."""
 
+import re
 import time
 from dataclasses import replace
 
@@ -89,6 +90,11 @@ def _show_and_ask(args, cluster, selected, out):
     status to stop with, nothing changed; {name: fingerprint of the plan shown})."""
     pending, failed, fingerprints, wrong = plan_each(cluster, selected, args, out,
                                                      fingerprints=True)
+    unsure = [t for t in selected if t.node in failed and t.node not in wrong]
+    if unsure:
+        # An lbctl from before the version was checked ahead of the flags
+        # answers a flag it does not know with a usage error: ask it.
+        wrong += _other_lbctl(cluster, unsure, args.ssh_config, out)
     if wrong:
         _name_other_lbctl(wrong, selected, out)
         return 1, {}
@@ -117,26 +123,33 @@ def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
     already changed.  A node that cannot be reached is left to the rollout
     itself, which stops there and says what it did."""
     progress(f"checking lbctl on {', '.join(t.node for t in selected)} ...")
-    # --version answers the --expect-version every remote command carries,
-    # and reads no file: the cheapest lbctl start there is.
-    outcomes = {node: _version_told(outcome) for node, outcome in
-                run_on_each(selected, lambda t: ["--version"], "", ssh_config).items()}
-    wrong = [t.node for t in selected
-             if outcomes[t.node].missing_lbctl or outcomes[t.node].other_version]
-    for target in selected:
-        if target.node in wrong:
-            out.write(node_block(outcomes[target.node], "FAILED") + "\n")
+    wrong = _other_lbctl(cluster, selected, ssh_config, out)
     if wrong:
         _name_other_lbctl(wrong, selected, out)
     return not wrong
 
 
+def _other_lbctl(cluster, targets_, ssh_config, out):
+    """The names of `targets_` that run another lbctl or none, each shown."""
+    # --version answers the --expect-version every remote command carries,
+    # and reads no file: the cheapest lbctl start there is.
+    outcomes = {node: _version_told(outcome) for node, outcome in
+                run_on_each(targets_, lambda t: ["--version"], "", ssh_config).items()}
+    wrong = [t.node for t in targets_
+             if outcomes[t.node].missing_lbctl or outcomes[t.node].other_version]
+    for target in targets_:
+        if target.node in wrong:
+            out.write(node_block(outcomes[target.node], "FAILED") + "\n")
+    return wrong
+
+
 def _version_told(outcome):
     """An lbctl from before --version answered --expect-version says its
     version and exits 0: read as the refusal a newer one gives."""
-    told = outcome.stdout.strip()
-    if outcome.returncode == 0 and told != f"lbctl {__version__}":
-        version = told.removeprefix("lbctl ") or "of a version it does not name"
+    # The last line that names a version: a login shell may print first.
+    told = [line for line in outcome.stdout.splitlines() if re.fullmatch(r"lbctl \S+", line)]
+    if outcome.returncode == 0 and told[-1:] != [f"lbctl {__version__}"]:
+        version = told[-1].removeprefix("lbctl ") if told else "of a version it does not name"
         return replace(outcome, returncode=EXIT_VERSION, stdout="",
                        stderr=f"lbctl: this node runs lbctl {version}, not {__version__}\n")
     return outcome

@@ -55,8 +55,10 @@ class Outcome:
     def other_version(self):
         from lbctl.errors import EXIT_VERSION
 
-        # An lbctl before 0.2 knows no --expect-version: argparse's usage error.
-        older = self.returncode == 2 and "--expect-version" in self.stderr
+        # An lbctl before 0.2 knows no --expect-version: argparse's usage error,
+        # which takes the version for the command's name.
+        older = self.returncode == 2 and ("--expect-version" in self.stderr or
+                                          f"invalid choice: '{__version__}'" in self.stderr)
         return older or (self.returncode == EXIT_VERSION and "runs lbctl" in self.stderr)
 
     def problem(self):
