@@ -241,9 +241,10 @@ def survival(lab, advert, count, synced):
     before = lab.learned_ports(standby, VIP, 80)
     downloads = lab.traffic("downloads", VIP, "--count", count, "--rate", 64 * 1024,
                             "--timeout", 300)
-    time.sleep(3)
     if synced:
         lab.wait_until_learned(standby, VIP, 80, count, before)
+    else:
+        time.sleep(3)
     lab.set_link(holder, False)
     # keepalived's defaults preempt: its master takes the VIP back as soon as
     # the cable returns, so its downloads cross a failback too.
