@@ -79,20 +79,26 @@ class Observations:
         return [row.split() for row in rows]
 
     def learned_ports(self, node, vip, port):
-        """The client ports of the established connections to vip:port that
-        `node` learned from its peer's sync daemon.  The sync daemon sends a
-        new connection in a batch that goes once full or 2 s old, and looks
-        once a second: up to 3 s late."""
+        """{client port: seconds left} of the established connections to
+        vip:port that `node` learned from its peer's sync daemon.  The sync
+        daemon sends a new connection in a batch that goes once full or 2 s
+        old, and looks once a second: up to 3 s late."""
         target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
-        return {fields[2] for fields in self.connection_entries(node)
+        return {fields[2]: int(fields[9]) for fields in self.connection_entries(node)
                 if fields[3:5] == target and fields[7:9] == ["ESTABLISHED", "SYNC"]}
 
     def wait_until_learned(self, node, vip, port, count, before, timeout=30):
-        """Until `node` has learned `count` connections to vip:port that were
-        not among `before` (learned_ports() taken before they opened)."""
-        self.wait_for(lambda: len(self.learned_ports(node, vip, port) - before) >= count,
-                      timeout=timeout, what=f"{node} to learn {count} new connections "
-                      f"to {vip}:{port} from its peer")
+        """Until `node` has learned `count` connections to vip:port since
+        `before` (learned_ports() taken before they opened).  A connection
+        from a client port an old entry still holds (an entry whose end the
+        node never heard of stays 15 minutes) refreshes that entry instead of
+        adding one: it counts once its time left has gone up."""
+        def learned_since():
+            now = self.learned_ports(node, vip, port)
+            return sum(1 for p, left in now.items() if p not in before or left > before[p])
+        self.wait_for(lambda: learned_since() >= count, timeout=timeout,
+                      what=f"{node} to learn {count} new connections to {vip}:{port} "
+                      "from its peer")
 
     def vip_macs(self, vip, node="client", count=3):
         """The MACs that answer ARP for `vip`."""
