@@ -29,7 +29,7 @@ def run(args, out):
                          out=out)
     agreed = {}  # name: the fingerprint of the plan shown and agreed to
     if args.yes:
-        if not _same_lbctl_everywhere(cluster, selected, args.ssh_config, out):
+        if not _same_lbctl_everywhere(selected, args.ssh_config, out):
             return 1
     else:
         # The plans shown before the question run with --expect-version too:
@@ -94,7 +94,7 @@ def _show_and_ask(args, cluster, selected, out):
     if unsure:
         # An lbctl from before the version was checked ahead of the flags
         # answers a flag it does not know with a usage error: ask it.
-        wrong += _other_lbctl(cluster, unsure, args.ssh_config, out)
+        wrong += _other_lbctl(unsure, args.ssh_config, out)
     if wrong:
         _name_other_lbctl(wrong, selected, out)
         return 1, {}
@@ -116,27 +116,26 @@ def _show_and_ask(args, cluster, selected, out):
     return None, fingerprints
 
 
-def _same_lbctl_everywhere(cluster, selected, ssh_config, out):
+def _same_lbctl_everywhere(selected, ssh_config, out):
     """With --yes, where no plan is shown first: whether every node runs
     this lbctl, asked before any node changes.  A node with another version
     (or none) would stop the rollout half way, with the nodes before it
     already changed.  A node that cannot be reached is left to the rollout
     itself, which stops there and says what it did."""
     progress(f"checking lbctl on {', '.join(t.node for t in selected)} ...")
-    wrong = _other_lbctl(cluster, selected, ssh_config, out)
+    wrong = _other_lbctl(selected, ssh_config, out)
     if wrong:
         _name_other_lbctl(wrong, selected, out)
     return not wrong
 
 
-def _other_lbctl(cluster, targets_, ssh_config, out):
+def _other_lbctl(targets_, ssh_config, out):
     """The names of `targets_` that run another lbctl or none, each shown."""
     # --version answers the --expect-version every remote command carries,
     # and reads no file: the cheapest lbctl start there is.
     outcomes = {node: _version_told(outcome) for node, outcome in
                 run_on_each(targets_, lambda t: ["--version"], "", ssh_config).items()}
-    wrong = [t.node for t in targets_
-             if outcomes[t.node].missing_lbctl or outcomes[t.node].other_version]
+    wrong = [t.node for t in targets_ if outcomes[t.node].runs_other_lbctl]
     for target in targets_:
         if target.node in wrong:
             out.write(node_block(outcomes[target.node], "FAILED") + "\n")

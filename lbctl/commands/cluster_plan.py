@@ -43,6 +43,5 @@ def plan_each(cluster, selected, args, out, fingerprints=False):
         for line in outcome.stderr.splitlines():
             if line.startswith(FINGERPRINT_MARK + ": "):
                 found[target.node] = line.partition(": ")[2].strip()
-    wrong = [t.node for t in selected
-             if outcomes[t.node].missing_lbctl or outcomes[t.node].other_version]
+    wrong = [t.node for t in selected if outcomes[t.node].runs_other_lbctl]
     return pending, failed, found, wrong

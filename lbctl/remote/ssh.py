@@ -61,6 +61,11 @@ class Outcome:
                                           f"invalid choice: '{__version__}'" in self.stderr)
         return older or (self.returncode == EXIT_VERSION and "runs lbctl" in self.stderr)
 
+    @property
+    def runs_other_lbctl(self):
+        """No lbctl on the node, or another version of it: install first."""
+        return self.missing_lbctl or self.other_version
+
     def problem(self):
         """What went wrong on this node, in one line a person can act on; None if nothing."""
         err = self.stderr.strip()
