@@ -2,6 +2,7 @@
 as a new `lbctl` process would, in the namespace named, and no longer."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -9,6 +10,7 @@ import time
 import pytest
 
 from lbctl.errors import LabError
+from lbctl.lab import warm as warm_module
 from lbctl.lab.warm import WarmLbctl
 
 CLUSTER = """\
@@ -112,3 +114,70 @@ def test_a_namespace_gone_is_an_error_that_names_it(node):
     subprocess.run(["ip", "netns", "del", name], check=True)
     with pytest.raises(LabError, match=f"no network namespace {name}"):
         warm.run(["--version"], timeout=60)
+
+
+RELAY = os.path.join(os.path.dirname(warm_module.__file__), "warm_relay.py")
+
+
+def relayed(name, warm, *args, stdin="", cwd=None):
+    """`lbctl ARGS` as a node's sshd runs it: the relay, started bare in the
+    namespace, with the session's stdin."""
+    warm.ensure()
+    return subprocess.run(["ip", "netns", "exec", name, sys.executable, "-I", "-S", RELAY,
+                           warm.path, *args], input=stdin, capture_output=True, text=True,
+                          cwd=cwd, timeout=60)
+
+
+def test_a_relayed_command_answers_as_a_new_lbctl_process_would(node, tmp_path, monkeypatch):
+    """What `--all` reads from a node: the cluster file on stdin, its
+    environment's root and its output and exit status as lbctl's own."""
+    name, warm = node
+    subprocess.run(["ip", "-n", name, "address", "add", "10.77.0.3/24", "dev", "lo"], check=True)
+    (tmp_path / "root" / "run").mkdir(parents=True)
+    monkeypatch.setenv("LBCTL_ROOT", str(tmp_path / "root"))
+    bad = CLUSTER + "surprise: 1\n"
+    for args, stdin in ((["--version"], ""), (["--expect-version", "0.0.1", "--version"], ""),
+                        (["plan", "-", "--node", "pi1"], CLUSTER),
+                        (["validate", "-"], bad), (["no-such-command"], "")):
+        through = relayed(name, warm, *args, stdin=stdin, cwd=tmp_path)
+        cold = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-m", "lbctl", *args],
+                              input=stdin, capture_output=True, text=True, cwd=tmp_path)
+        assert (through.returncode, through.stdout, through.stderr) == \
+            (cold.returncode, cold.stdout, cold.stderr), args
+    # The cases differ: a plan (0), another version (3), a bad file read from stdin (1).
+    planned = relayed(name, warm, "plan", "-", "--node", "pi1", stdin=CLUSTER)
+    assert planned.returncode == 0 and "10.77.0.10" in planned.stdout, planned
+    assert relayed(name, warm, "--expect-version", "0.0.1", "--version").returncode == 3
+    assert "<stdin>:8:1: top level: unknown key" in relayed(name, warm, "validate", "-",
+                                                           stdin=bad).stderr
+
+
+def in_namespace(name):
+    listed = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
+    return {int(pid) for pid in listed.stdout.split()}
+
+
+def test_a_relay_ended_by_a_signal_ends_its_command_the_same_way(node, tmp_path):
+    """ssh's session closing or a timeout's TERM reaches the command: it does
+    not run on in the node after the caller has gone."""
+    name, warm = node
+    warm.ensure()
+    # Waits on stdin that never closes: a command that runs until stopped.
+    relay = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-I", "-S", RELAY,
+                              warm.path, "validate", "-"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(1)
+        assert relay.poll() is None, relay.communicate()
+        relay.terminate()
+        assert relay.wait(timeout=30) == -signal.SIGTERM
+        # Nothing of the command is left in the node, only the server.
+        deadline = time.monotonic() + 10
+        while in_namespace(name) != {warm.process.pid} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert in_namespace(name) == {warm.process.pid}
+    finally:
+        relay.kill()
+        relay.wait()
+        relay.stdin.close()
+    assert warm.run(["--version"], timeout=60).returncode == 0  # the server goes on

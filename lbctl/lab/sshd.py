@@ -2,10 +2,14 @@
 
 Keys are made fresh for each lab in a private folder.  Each node's sshd hands
 lbctl the node's own file root ($LBCTL_ROOT) and this lbctl on the PATH, the
-way a real node has its own / and lbctl installed.
+way a real node has its own / and lbctl installed.  The `lbctl` it finds
+there relays the command to the node's warm lbctl (warm_relay.py), which
+runs it in a fresh process on the SSH session's stdin, stdout and stderr;
+the boot units and a node given another version start lbctl anew.
 """
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -62,8 +66,9 @@ class LabSsh:
         return path
 
     def _sshd_config(self, node, version=None):
-        bin_dir = os.path.dirname(sys.executable)
-        if version is not None:
+        if version is None:
+            bin_dir = self._lbctl_relaying(node)
+        else:
             bin_dir = self._lbctl_claiming(node, version)
         return self._write(f"sshd_{node.name}", "\n".join([
             f"ListenAddress {node.address}:22",
@@ -81,22 +86,35 @@ class LabSsh:
             # Debian .bashrc returns at once for such a shell; SHLVL=1 makes
             # bash skip it altogether, as a second-level shell does.
             f"SetEnv SHLVL=1 LBCTL_ROOT={node.root} "
-            f"PATH={bin_dir}:/usr/sbin:/usr/bin:/sbin:/bin", ""]))
+            f"PATH={bin_dir}:{os.path.dirname(sys.executable)}:/usr/sbin:/usr/bin:/sbin:/bin",
+            ""]))
 
-    def _lbctl_claiming(self, node, version):
-        """A folder whose `lbctl` is this one saying it is `version`: a node
-        not yet upgraded.  Its PATH puts it before the real one."""
+    def _lbctl_relaying(self, node):
+        """A folder whose `lbctl` hands its command to the node's warm lbctl."""
+        socket_path = self.lab.warm_socket(node.name)
+        relay = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_relay.py")
+        return self._bin_dir(node, "\n".join([
+            "#!/bin/sh",
+            f'exec {shlex.quote(sys.executable)} -I -S {shlex.quote(relay)} '
+            f'{shlex.quote(socket_path)} "$@"', ""]))
+
+    def _bin_dir(self, node, script_text):
         folder = os.path.join(self.dir, f"bin-{node.name}")
         os.makedirs(folder, mode=0o755, exist_ok=True)
         script = os.path.join(folder, "lbctl")
         with open(script, "w") as fh:
-            fh.write("#!/bin/sh\n"
-                     f"exec {sys.executable} -c 'import sys, lbctl; "
-                     "lbctl.__version__ = sys.argv.pop(1); "
-                     "from lbctl.cli import main; sys.exit(main())' "
-                     f'{version} "$@"\n')
+            fh.write(script_text)
         os.chmod(script, 0o755)
-        return f"{folder}:{os.path.dirname(sys.executable)}"
+        return folder
+
+    def _lbctl_claiming(self, node, version):
+        """A folder whose `lbctl` is this one saying it is `version`: a node
+        not yet upgraded.  Its PATH puts it before the real one."""
+        return self._bin_dir(node, "#!/bin/sh\n"
+                             f"exec {sys.executable} -c 'import sys, lbctl; "
+                             "lbctl.__version__ = sys.argv.pop(1); "
+                             "from lbctl.cli import main; sys.exit(main())' "
+                             f'{version} "$@"\n')
 
     def start(self, name, version=None):
         """sshd for node `name`; `version`: the lbctl there claims that version."""

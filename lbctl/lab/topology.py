@@ -195,6 +195,12 @@ class Lab(Faults, Observations):
                            f"{(done.stderr or done.stdout).strip()}")
         return done
 
+    def warm_socket(self, node):
+        """The socket of the node's warm lbctl, started if it is not running."""
+        warm = self._warm_lbctl(node)
+        warm.ensure()
+        return warm.path
+
     def _warm_lbctl(self, node):
         if node not in self.warm:
             folder = os.path.join(self.workdir, ".warm")

@@ -12,9 +12,9 @@ main(), and exits with its status.  Nothing but
 the imports is shared between commands (and the hash seed: a set of names
 iterates in the same order in every command of one server).
 
-What goes over SSH (--all), through the boot units or under strace still
-starts lbctl as a user's shell would; this only serves Lab.lbctl and
-Lab.apply_all.
+Lab.lbctl and Lab.apply_all use it, and so does the `lbctl` a node's sshd
+runs for --all (warm_relay.py).  The boot units, strace and a node made to
+claim another version still start lbctl as a user's shell would.
 
 Protocol, on a Unix socket only root can reach (the lab's folder is root's):
 the caller sends one JSON line {"argv", "env", "cwd"} with its three file
@@ -189,7 +189,7 @@ class WarmLbctl:
     def run(self, argv, timeout):
         """lbctl `argv` in the node, with /dev/null for its stdin, as
         subprocess.run(capture_output=True, text=True) would give it back."""
-        self._ensure()
+        self.ensure()
         shown = f"lbctl {' '.join(map(str, argv))} in {self.netns}"
         deadline = time.monotonic() + timeout
         stdout_r, stdout_w = os.pipe()
@@ -234,7 +234,7 @@ class WarmLbctl:
         return subprocess.CompletedProcess(["lbctl", *argv], -code if word == "signal" else code,
                                            out, err)
 
-    def _ensure(self):
+    def ensure(self):
         with self.starting:
             self._start_if_needed()
 
