@@ -1,1 +1,2 @@
-"""Templates shipped from the top-level sysctl/ and systemd/ folders (see pyproject.toml)."""
+"""Templates shipped from the top-level sysctl/, systemd/, keepalived/, bird/
+and examples/ folders, each linked in here (see pyproject.toml)."""

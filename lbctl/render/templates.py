@@ -1,8 +1,8 @@
 """Where the shipped templates live and how they are rendered.
 
 The templates sit in top-level folders of the repository (sysctl/, systemd/)
-so an operator can read them without opening Python; the package maps those
-folders in as lbctl.data.* so they ship with every install.
+so an operator can read them without opening Python; links in lbctl/data/
+bring those folders in as lbctl.data.* so they ship with every install.
 
 Rendering is most of what a plan, status or apply costs a slow node: on a Pi,
 or in the emulated lab, importing Jinja2 and compiling keepalived.conf's
