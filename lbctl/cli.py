@@ -1,7 +1,7 @@
 """Command line: parses arguments, calls one command, turns errors into exit codes.
 
 Exit codes: 0 ok, 1 error (or problems found by doctor), 2 pending changes
-(plan --detailed-exitcode), 3 a node runs another version of lbctl
+(plan and status --detailed-exitcode), 3 a node runs another version of lbctl
 (--expect-version), 4 some nodes did not answer (plan, status and doctor
 with --all), 64 usage.
 """
@@ -101,6 +101,9 @@ def build_parser():
                    help="the report as JSON (what --all reads from each node), for scripts")
     p.add_argument("--no-drift", action="store_true",
                    help="with FILE: leave out what apply would change here (faster)")
+    p.add_argument("--detailed-exitcode", action="store_true",
+                   help="with FILE: exit 2 when apply would change something here (with "
+                   "--all: on any node), 1 (4 with --all) when that cannot be known")
     p.add_argument("--connections", action="store_true",
                    help="list the kernel's IPVS connections, named from FILE or the file "
                    "last applied here, then counts by state per service and worker")
@@ -242,6 +245,10 @@ def _check_arguments(parser, args):
     if args.command == "status" and args.watch and (args.all or args.json or args.connections):
         parser.error("--watch is a live view of this balancer: not with --all, --json or "
                      "--connections")
+    if args.command == "status" and args.detailed_exitcode and (
+            args.file is None or args.no_drift or args.watch or args.connections):
+        parser.error("--detailed-exitcode says whether the node drifted from FILE: it needs "
+                     "FILE, and not --no-drift, --watch or --connections")
     if args.command == "status" and args.interval <= 0:
         parser.error("--interval must be more than 0 seconds")
     for flag in ("timeout", "pause"):

@@ -123,6 +123,10 @@ def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):
     assert plan.returncode == 2, plan.stdout + plan.stderr
     assert "changes pending on pi2\n" in plan.stdout
     assert f"+ address {WEB_VIP}/32 dev lo" in plan.stdout
+    # status --all says so too, for a monitor that runs it.
+    status = fleet.lbctl_all("status", str(pair_file), "--detailed-exitcode")
+    assert status.returncode == 2, status.stdout + status.stderr
+    assert status.stdout.count("drift: none, the node matches the file") == 3, status.stdout
     # doctor --all names it from both sides: pi2's own check, and the SYN the
     # master sent to pi2's MAC, which pi2 now drops.
     doctor = fleet.lbctl_all("doctor", str(pair_file), "--json")

@@ -230,7 +230,7 @@ def _plan(cell, nodes):
 
 
 def _status(cell, serving):
-    done = cell.run("status", "status", cell.path)
+    done = cell.run("status", "status", cell.path, "--detailed-exitcode")
     assert done.returncode == 0, done.stdout + done.stderr
     text = done.stdout
     for node in serving:

@@ -643,7 +643,7 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
     monkeypatch.setattr(cluster_status, "run_on_each", on_each)
     out = io.StringIO()
     args = SimpleNamespace(file=str(path), node=None, ssh_config=None, no_drift=False,
-                           json=False)
+                           json=False, detailed_exitcode=False)
     assert cluster_status.run(args, out) == 4  # some nodes did not report
     text = out.getvalue()
     lines = text.splitlines()
@@ -664,6 +664,36 @@ def test_status_all_shows_every_node_when_some_answer_nonsense(monkeypatch, tmp_
     assert sum(1 for line in lines if line.startswith(("balancer ", "worker "))) == 7
     assert len(text) < 20000
     assert any(line.endswith(" characters)") and line.startswith("worker pi4 ") for line in lines)
+
+
+def test_status_all_detailed_exitcode_is_2_when_any_node_drifted(monkeypatch, tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_status
+
+    path = tmp_path / "pair.yaml"
+    path.write_text(PAIR)
+    drifts = {"lb1": [], "lb2": [], "pi1": [], "pi2": []}
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        # Each node is asked for JSON with its drift, not for an exit code of its own.
+        assert all("--detailed-exitcode" not in args_for(t) for t in targets_)
+        return {t.node: Outcome(t, 0, json.dumps(node_status(
+            t.role, drift=drifts[t.node],
+            drift_error=None if drifts[t.node] is not None else "no IPVS")), "")
+            for t in targets_}
+    monkeypatch.setattr(cluster_status, "run_on_each", on_each)
+
+    def exit_code(detailed=True):
+        args = SimpleNamespace(file=str(path), node=None, ssh_config=None, no_drift=False,
+                               json=False, detailed_exitcode=detailed)
+        return cluster_status.run(args, io.StringIO())
+    assert exit_code() == 0
+    drifts["pi2"] = ["+ address 192.168.100.10/32 on lo"]
+    assert (exit_code(), exit_code(detailed=False)) == (2, 0)
+    drifts["lb2"] = None  # not known there: not every node was checked
+    assert exit_code() == 4
 
 
 @pytest.mark.parametrize("command", ["doctor", "plan", "status"])

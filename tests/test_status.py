@@ -274,6 +274,40 @@ def test_a_read_only_ipvs_adapter_finds_nothing_where_ip_vs_is_not_loaded_and_lo
         assert loaded.pop() == [ipvs.MODPROBE, "-q", "ip_vs"]
 
 
+def test_status_detailed_exitcode_says_whether_apply_would_change_this_node(
+        monkeypatch, tmp_path, capsys, no_ip_vs):
+    from ipaddress import IPv4Address
+
+    from lbctl.adapters import addrs
+    from lbctl.cli import main
+
+    monkeypatch.setattr(addrs.AddressIp, "list",
+                        lambda self: [(IPv4Address("192.168.100.2"), 24, "eth0")])
+    # A balancer never applied: its whole table is drift, as plan shows it.
+    assert main(["status", "examples/pi-single.yaml", "--root", str(tmp_path),
+                 "--detailed-exitcode"]) == 2
+    assert "+ service tcp 192.168.100.10:80" in capsys.readouterr().out
+    assert main(["status", "examples/pi-single.yaml", "--root", str(tmp_path)]) == 0
+    capsys.readouterr()
+    # What it cannot tell without a file, or when asked not to look, is a usage error.
+    for flags in ([], ["examples/pi-single.yaml", "--no-drift"]):
+        with pytest.raises(SystemExit) as usage:
+            main(["status", *flags, "--root", str(tmp_path), "--detailed-exitcode"])
+        assert usage.value.code == 64
+        assert "--detailed-exitcode says whether the node drifted" in capsys.readouterr().err
+
+
+def test_status_detailed_exitcode_is_1_when_drift_cannot_be_known():
+    from helpers import node_status
+    from lbctl.commands.status import drift_exit_code
+    from lbctl.status.model import NodeStatus
+
+    status = NodeStatus.from_json(node_status("worker", drift=None, drift_error="no IPVS"))
+    assert drift_exit_code(status) == 1
+    assert drift_exit_code(NodeStatus.from_json(node_status("worker", drift=[]))) == 0
+    assert drift_exit_code(NodeStatus.from_json(node_status("worker", drift=["+ x"]))) == 2
+
+
 def test_plan_on_a_balancer_without_ip_vs_loaded_shows_everything_to_add_and_loads_nothing(
         monkeypatch, tmp_path, capsys, no_ip_vs):
     from ipaddress import IPv4Address

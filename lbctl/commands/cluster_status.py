@@ -3,7 +3,7 @@
 import json
 
 from lbctl.config import load_cluster
-from lbctl.errors import EXIT_UNCHECKED
+from lbctl.errors import EXIT_CHANGES, EXIT_UNCHECKED
 from lbctl.remote.blocks import progress
 from lbctl.remote.fleet import select
 from lbctl.remote.ssh import run_on_each
@@ -16,11 +16,21 @@ def run(args, out):
     cluster = load_cluster(args.file)
     selected = select(cluster, args.node)
     progress(f"asking {len(selected)} node(s) ...")
+    # Each node's drift is in its JSON: a node asked for its exit code
+    # would answer 2, which reads as a failure.
     flags = ["--no-drift"] if args.no_drift else []
     outcomes = run_on_each(selected, lambda t: ["status", "-", "--node", t.node, "--json", *flags],
                            cluster.text, args.ssh_config, timeout=STATUS_TIMEOUT)
     report = cluster_report(cluster, selected, outcomes)
     out.write((json.dumps(report_json(report), indent=2) if args.json else format_cluster(cluster, report))
               + "\n")
-    # Every node is shown; the exit status says whether every node answered.
-    return EXIT_UNCHECKED if any(entry["error"] for entry in report["nodes"].values()) else 0
+    # Every node is shown; the exit status says whether every node answered
+    # (and, with --detailed-exitcode, what each found).
+    entries = report["nodes"].values()
+    if any(entry["error"] for entry in entries):
+        return EXIT_UNCHECKED
+    if not args.detailed_exitcode:
+        return 0
+    if any(entry["status"].drift is None for entry in entries):
+        return EXIT_UNCHECKED
+    return EXIT_CHANGES if any(entry["status"].drift for entry in entries) else 0

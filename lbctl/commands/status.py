@@ -29,7 +29,19 @@ def run(args, out):
                          drift_error=why_not)
     out.write((json.dumps(status.to_json(), indent=2) if args.json else format_status(status))
               + "\n")
+    if args.detailed_exitcode:
+        return drift_exit_code(status)
     return 0
+
+
+def drift_exit_code(status):
+    """status --detailed-exitcode, as plan's: 2 when apply would change
+    something, 1 when what it would change is not known."""
+    from lbctl.errors import EXIT_CHANGES
+
+    if status.drift is None:
+        return 1
+    return EXIT_CHANGES if status.drift else 0
 
 
 def run_watch(args, out):
