@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+import lbctl
+
 from lbctl.errors import LabError
 from lbctl.lab import warm as warm_module
 from lbctl.lab.warm import WarmLbctl
@@ -119,35 +121,45 @@ def test_a_namespace_gone_is_an_error_that_names_it(node):
 RELAY = os.path.join(os.path.dirname(warm_module.__file__), "warm_relay.py")
 
 
+def relay_argv(name, warm, *args):
+    """`lbctl ARGS` as a node's sshd runs it: the relay, a bare interpreter."""
+    return ["ip", "netns", "exec", name, sys.executable, "-I", "-S", RELAY, warm.path, *args]
+
+
 def relayed(name, warm, *args, stdin="", cwd=None):
-    """`lbctl ARGS` as a node's sshd runs it: the relay, started bare in the
-    namespace, with the session's stdin."""
-    warm.ensure()
-    return subprocess.run(["ip", "netns", "exec", name, sys.executable, "-I", "-S", RELAY,
-                           warm.path, *args], input=stdin, capture_output=True, text=True,
-                          cwd=cwd, timeout=60)
+    return subprocess.run(relay_argv(name, warm, *args), input=stdin, capture_output=True,
+                          text=True, cwd=cwd, timeout=60)
 
 
 def test_a_relayed_command_answers_as_a_new_lbctl_process_would(node, tmp_path, monkeypatch):
     """What `--all` reads from a node: the cluster file on stdin, its
-    environment's root and its output and exit status as lbctl's own."""
+    environment's root and working directory, and its output and exit
+    status as lbctl's own."""
     name, warm = node
     subprocess.run(["ip", "-n", name, "address", "add", "10.77.0.3/24", "dev", "lo"], check=True)
+    warm.ensure()  # the server starts in another folder, without what follows
     (tmp_path / "root" / "run").mkdir(parents=True)
+    (tmp_path / "here.yaml").write_text(CLUSTER)
     monkeypatch.setenv("LBCTL_ROOT", str(tmp_path / "root"))
     bad = CLUSTER + "surprise: 1\n"
     for args, stdin in ((["--version"], ""), (["--expect-version", "0.0.1", "--version"], ""),
-                        (["plan", "-", "--node", "pi1"], CLUSTER),
+                        (["plan", "-", "--node", "pi1"], CLUSTER), (["validate", "here.yaml"], ""),
                         (["validate", "-"], bad), (["no-such-command"], "")):
         through = relayed(name, warm, *args, stdin=stdin, cwd=tmp_path)
         cold = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-m", "lbctl", *args],
                               input=stdin, capture_output=True, text=True, cwd=tmp_path)
         assert (through.returncode, through.stdout, through.stderr) == \
             (cold.returncode, cold.stdout, cold.stderr), args
-    # The cases differ: a plan (0), another version (3), a bad file read from stdin (1).
+    # The cases differ: a plan under the root given (0), another version (3),
+    # a file found from the working directory (0), a bad one from stdin (1).
     planned = relayed(name, warm, "plan", "-", "--node", "pi1", stdin=CLUSTER)
     assert planned.returncode == 0 and "10.77.0.10" in planned.stdout, planned
+    monkeypatch.setenv("LBCTL_ROOT", str(tmp_path / "no-such-root"))
+    assert "no-such-root/run: no such file" in relayed(
+        name, warm, "apply", "-", "--node", "pi1", stdin=CLUSTER).stderr
     assert relayed(name, warm, "--expect-version", "0.0.1", "--version").returncode == 3
+    assert relayed(name, warm, "validate", "here.yaml", cwd=tmp_path).returncode == 0
+    assert relayed(name, warm, "validate", "here.yaml", cwd="/").returncode == 1
     assert "<stdin>:8:1: top level: unknown key" in relayed(name, warm, "validate", "-",
                                                            stdin=bad).stderr
 
@@ -157,27 +169,108 @@ def in_namespace(name):
     return {int(pid) for pid in listed.stdout.split()}
 
 
-def test_a_relay_ended_by_a_signal_ends_its_command_the_same_way(node, tmp_path):
-    """ssh's session closing or a timeout's TERM reaches the command: it does
-    not run on in the node after the caller has gone."""
-    name, warm = node
+def running_relayed(name, warm):
+    """A relayed command that runs until stopped (it waits on a stdin that
+    never closes), once the command runs: (the relay, the command's pid)."""
     warm.ensure()
-    # Waits on stdin that never closes: a command that runs until stopped.
-    relay = subprocess.Popen(["ip", "netns", "exec", name, sys.executable, "-I", "-S", RELAY,
-                              warm.path, "validate", "-"], stdin=subprocess.PIPE,
+    relay = subprocess.Popen(relay_argv(name, warm, "validate", "-"), stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not in_namespace(name) - {warm.process.pid, relay.pid}:
+        assert time.monotonic() < deadline and relay.poll() is None, relay.communicate()
+        time.sleep(0.05)
+    (command,) = in_namespace(name) - {warm.process.pid, relay.pid}
+    return relay, command
+
+
+def gone(pid, seconds=10):
+    deadline = time.monotonic() + seconds
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not os.path.exists(f"/proc/{pid}")
+
+
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGKILL])
+def test_a_relay_that_ends_takes_its_command_with_it(node, how):
+    """A relay stopped (TERM) or killed outright: nothing of its command runs
+    on in the node, as a real one whose session closed would not; a TERM
+    reaches the command, and the relay ends by it too."""
+    name, warm = node
+    relay, command = running_relayed(name, warm)
     try:
-        time.sleep(1)
-        assert relay.poll() is None, relay.communicate()
-        relay.terminate()
-        assert relay.wait(timeout=30) == -signal.SIGTERM
-        # Nothing of the command is left in the node, only the server.
-        deadline = time.monotonic() + 10
-        while in_namespace(name) != {warm.process.pid} and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert in_namespace(name) == {warm.process.pid}
+        os.kill(relay.pid, how)
+        assert relay.wait(timeout=30) == -how
+        assert gone(command), f"the command {command} still runs"
     finally:
         relay.kill()
         relay.wait()
-        relay.stdin.close()
+        for stream in (relay.stdin, relay.stdout, relay.stderr):
+            stream.close()
     assert warm.run(["--version"], timeout=60).returncode == 0  # the server goes on
+
+
+def test_a_relay_with_no_server_starts_lbctl_itself(node):
+    name, warm = node
+    warm.ensure()
+    warm.stop()
+    done = relayed(name, warm, "--version")
+    assert (done.returncode, done.stdout) == (0, f"lbctl {lbctl.__version__}\n"), done
+
+
+def test_a_relay_refuses_a_server_in_another_namespace(node):
+    """An sshd left in a namespace that was made anew: the server now runs
+    in the new one, and the relay does not run its command there."""
+    name, warm = node
+    warm.ensure()
+    other = f"{name}-other"
+    subprocess.run(["ip", "netns", "add", other], check=True)
+    try:
+        done = subprocess.run(relay_argv(other, warm, "--version"), capture_output=True,
+                              text=True, timeout=60)
+    finally:
+        subprocess.run(["ip", "netns", "del", other], check=False)
+    assert done.returncode == 70, done  # not 255: --all would read it as unreachable
+    assert "runs in another network namespace" in done.stderr
+
+
+def test_the_servers_end_takes_the_commands_still_running(node):
+    name, warm = node
+    relay, command = running_relayed(name, warm)
+    try:
+        warm.stop()
+        assert gone(command), f"the command {command} outlived the lab's server"
+        assert relay.wait(timeout=30) == 70
+        assert b"ended before the command did" in relay.stderr.read()
+    finally:
+        relay.kill()
+        relay.wait()
+        for stream in (relay.stdin, relay.stdout, relay.stderr):
+            stream.close()
+
+
+def test_a_plan_and_its_fingerprint_do_not_depend_on_the_hash_seed(node, tmp_path):
+    """Every command of one warm server shares its hash seed, where each real
+    lbctl start has its own: apply --all compares the fingerprint of a plan
+    shown by one process with the plan of another, so no plan may follow the
+    order of a set.  Checked here with fresh processes and different seeds."""
+    name, _ = node
+    example = os.path.join(os.path.dirname(lbctl.__file__), "data", "examples", "pi-pair.yaml")
+    subprocess.run(["ip", "-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1"], check=True)
+    subprocess.run(["ip", "-n", name, "link", "set", "eth0", "up"], check=True)
+    for address in ("192.168.100.2/24", "192.168.100.3/24"):  # lb1's and pi1's
+        subprocess.run(["ip", "-n", name, "address", "add", address, "dev", "eth0"], check=True)
+    for node_name in ("lb1", "pi1"):
+        seen = set()
+        for seed in ("1", "2", "3", "4"):
+            root = tmp_path / f"root-{node_name}-{seed}"
+            (root / "run").mkdir(parents=True)
+            done = subprocess.run(
+                ["ip", "netns", "exec", name, sys.executable, "-m", "lbctl", "plan", example,
+                 "--node", node_name, "--root", str(root), "--fingerprint"],
+                capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed})
+            assert done.returncode == 0, done.stderr
+            seen.add((done.stdout.replace(str(root), "ROOT"),
+                      [line for line in done.stderr.splitlines() if "fingerprint" in line][0]))
+        assert len(seen) == 1, (node_name, seen)
+        ((shown, _),) = seen
+        assert shown.count(" + ") > 3, shown  # a plan with something in it

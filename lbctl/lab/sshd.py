@@ -5,7 +5,8 @@ lbctl the node's own file root ($LBCTL_ROOT) and this lbctl on the PATH, the
 way a real node has its own / and lbctl installed.  The `lbctl` it finds
 there relays the command to the node's warm lbctl (warm_relay.py), which
 runs it in a fresh process on the SSH session's stdin, stdout and stderr;
-the boot units and a node given another version start lbctl anew.
+the nodes named `cold`, the boot units and a node given another version
+start the installed lbctl anew.
 """
 
 import os
@@ -21,8 +22,11 @@ SSHD = "/usr/sbin/sshd"
 
 
 class LabSsh:
-    def __init__(self, lab):
+    def __init__(self, lab, cold=()):
+        """`cold`: nodes whose sshd runs the installed lbctl itself, started
+        anew for each command as on a Pi, not the relay to the warm one."""
         self.lab = lab
+        self.cold = set(cold)
         self.dir = os.path.join(lab.workdir, "ssh")
         self.config = os.path.join(self.dir, "ssh_config")
         self.processes = {}
@@ -66,10 +70,12 @@ class LabSsh:
         return path
 
     def _sshd_config(self, node, version=None):
-        if version is None:
-            bin_dir = self._lbctl_relaying(node)
-        else:
+        if version is not None:
             bin_dir = self._lbctl_claiming(node, version)
+        elif node.name in self.cold:
+            bin_dir = os.path.dirname(sys.executable)  # the venv's own `lbctl`
+        else:
+            bin_dir = self._lbctl_relaying(node)
         return self._write(f"sshd_{node.name}", "\n".join([
             f"ListenAddress {node.address}:22",
             f"HostKey {self.dir}/host_key",
@@ -102,9 +108,12 @@ class LabSsh:
         folder = os.path.join(self.dir, f"bin-{node.name}")
         os.makedirs(folder, mode=0o755, exist_ok=True)
         script = os.path.join(folder, "lbctl")
-        with open(script, "w") as fh:
+        # Made whole beside it, then put in place: an sshd still running
+        # never starts a half-written script.
+        with open(script + ".new", "w") as fh:
             fh.write(script_text)
-        os.chmod(script, 0o755)
+        os.chmod(script + ".new", 0o755)
+        os.replace(script + ".new", script)
         return folder
 
     def _lbctl_claiming(self, node, version):

@@ -18,8 +18,10 @@ claim another version still start lbctl as a user's shell would.
 
 Protocol, on a Unix socket only root can reach (the lab's folder is root's):
 the caller sends one JSON line {"argv", "env", "cwd"} with its three file
-descriptors attached; the server answers "pid N\\n" once the child runs, and
-"exit N\\n" (or "signal N\\n") once it has ended.
+descriptors attached; the server answers "pid N NETNS\\n" once the child
+runs (NETNS: the inode of its network namespace), and "exit N\\n" (or
+"signal N\\n") once it has ended.  A caller that closes its end first has
+the command killed.
 """
 
 import json
@@ -58,32 +60,74 @@ def serve(path):
     # went, so is the server, and the namespace it kept alive.
     selector.register(sys.stdin, selectors.EVENT_READ)
     print("ready", flush=True)
-    while True:
-        for key, _ in selector.select():
-            if key.fileobj is sys.stdin:
-                if not os.read(sys.stdin.fileno(), 4096):
-                    return
-            elif key.fileobj is listener:
-                connection, _ = listener.accept()
-                try:
-                    child = _start(connection, selector)
-                except OSError:  # the caller went away, or no fork was to be had
-                    child = None
-                if child is None:
-                    connection.close()
-                    continue
-                # A pidfd turns readable when the child ends: one loop waits
-                # on new callers and on every running command alike.
-                selector.register(os.pidfd_open(child), selectors.EVENT_READ,
-                                  (child, connection))
-            else:
-                _report_end(selector, key)
+    try:
+        while True:
+            for key, _ in selector.select():
+                if key.fileobj is sys.stdin:
+                    if not os.read(sys.stdin.fileno(), 4096):
+                        return
+                elif key.fileobj is listener:
+                    _accept(listener, selector)
+                elif key.data[0] == ENDED:
+                    _report_end(selector, key)
+                else:
+                    _caller_spoke(selector, key)
+    finally:
+        # Nothing outlives the lab: commands still running go with it.
+        for key in list(selector.get_map().values()):
+            if key.data and key.data[0] == ENDED:
+                _stop(key.data[1])
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+# What the selector holds for a running command: its pidfd (ENDED, pid,
+# connection), readable once it has ended, and its caller's connection
+# (CALLER, pid), readable only if the caller goes away first.
+ENDED, CALLER = "ended", "caller"
+
+
+def _accept(listener, selector):
+    connection, _ = listener.accept()
+    try:
+        child = _start(connection, selector)
+    except OSError:  # the caller went away, or no fork was to be had
+        child = None
+    if child is None:
+        connection.close()
+        return
+    # A pidfd turns readable when the child ends: one loop waits on new
+    # callers and on every running command alike.
+    selector.register(os.pidfd_open(child), selectors.EVENT_READ, (ENDED, child, connection))
+    selector.register(connection, selectors.EVENT_READ, (CALLER, child))
+
+
+def _caller_spoke(selector, key):
+    """A caller sends nothing once its command runs: the connection turning
+    readable means it went away (killed, or its timeout), and so does the
+    command, as a real one whose session closed would end."""
+    _, child = key.data
+    try:
+        gone = not key.fileobj.recv(1, socket.MSG_DONTWAIT)
+    except BlockingIOError:
+        return
+    except OSError:
+        gone = True
+    if gone:
+        selector.unregister(key.fileobj)
+        _stop(child)
 
 
 def _report_end(selector, key):
-    child, connection = key.data
+    _, child, connection = key.data
     selector.unregister(key.fileobj)
     os.close(key.fd)
+    try:
+        selector.unregister(connection)
+    except KeyError:
+        pass  # the caller had gone already
     _, status = os.waitpid(child, 0)
     code = os.waitstatus_to_exitcode(status)
     word = f"signal {-code}" if code < 0 else f"exit {code}"
@@ -112,7 +156,9 @@ def _start(connection, selector):
     for fd in fds:
         os.close(fd)
     try:
-        connection.sendall(f"pid {child}\n".encode())
+        # The namespace too: a relay checks it runs the command in its own.
+        namespace = os.stat("/proc/self/ns/net").st_ino
+        connection.sendall(f"pid {child} {namespace}\n".encode())
     except OSError:
         pass  # the caller is gone; the command runs on as it would have
     return child
@@ -124,10 +170,12 @@ def _run_child(request, fds, connection, selector):
         # Nothing of the server's stays open in the command: its socket, its
         # other callers' connections and the pidfds of their commands.
         for key in list(selector.get_map().values()):
-            if isinstance(key.data, tuple):
+            if key.fileobj is sys.stdin:
+                continue
+            if key.data and key.data[0] == ENDED:
                 os.close(key.fd)
-                key.data[1].close()
-            elif key.fileobj is not sys.stdin:
+                key.data[2].close()
+            else:
                 key.fileobj.close()
         selector.close()
         connection.close()
@@ -303,7 +351,7 @@ def _read_both(stdout_r, stderr_r, deadline):
 
 def _stop(child):
     """The command and everything in its process group (it makes its own
-    group first thing; before that, the command alone)."""
+    group first thing; before that, the command alone: no such group yet)."""
     for kill in (os.killpg, os.kill):
         try:
             kill(child, signal.SIGKILL)
