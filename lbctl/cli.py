@@ -103,7 +103,8 @@ def build_parser():
                    help="with FILE: leave out what apply would change here (faster)")
     p.add_argument("--detailed-exitcode", action="store_true",
                    help="with FILE: exit 2 when apply would change something here (with "
-                   "--all: on any node), 1 (4 with --all) when that cannot be known")
+                   "--all: on any node that answered), else 1 (4 with --all) when that "
+                   "cannot be known")
     p.add_argument("--connections", action="store_true",
                    help="list the kernel's IPVS connections, named from FILE or the file "
                    "last applied here, then counts by state per service and worker")

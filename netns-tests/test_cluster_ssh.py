@@ -129,7 +129,9 @@ def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):
     # status --all says so too, for a monitor that runs it.
     status = fleet.lbctl_all("status", str(pair_file), "--detailed-exitcode")
     assert status.returncode == 2, status.stdout + status.stderr
-    assert status.stdout.count("drift: none, the node matches the file") == 3, status.stdout
+    assert status.stdout.count("drift: none, the node matches the file") == 4, status.stdout
+    pi2 = status.stdout.split("worker pi2 (192.168.100.4):")[1].split("\nworker ")[0]
+    assert f"+ address {WEB_VIP}/32 dev lo" in pi2, status.stdout
     # doctor --all names it from both sides: pi2's own check, and the SYN the
     # master sent to pi2's MAC, which pi2 now drops.
     doctor = fleet.lbctl_all("doctor", str(pair_file), "--json")

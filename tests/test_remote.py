@@ -675,11 +675,15 @@ def test_status_all_detailed_exitcode_is_2_when_any_node_drifted(monkeypatch, tm
     path = tmp_path / "pair.yaml"
     path.write_text(PAIR)
     drifts = {"lb1": [], "lb2": [], "pi1": [], "pi2": []}
+    unreachable = set()
 
     def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        from lbctl.remote.ssh import SSH_FAILED
+
         # Each node is asked for JSON with its drift, not for an exit code of its own.
         assert all("--detailed-exitcode" not in args_for(t) for t in targets_)
-        return {t.node: Outcome(t, 0, json.dumps(node_status(
+        return {t.node: Outcome(t, SSH_FAILED, "", "ssh: connect to host: No route to host\n")
+                if t.node in unreachable else Outcome(t, 0, json.dumps(node_status(
             t.role, drift=drifts[t.node],
             drift_error=None if drifts[t.node] is not None else "no IPVS")), "")
             for t in targets_}
@@ -692,8 +696,17 @@ def test_status_all_detailed_exitcode_is_2_when_any_node_drifted(monkeypatch, tm
     assert exit_code() == 0
     drifts["pi2"] = ["+ address 192.168.100.10/32 on lo"]
     assert (exit_code(), exit_code(detailed=False)) == (2, 0)
+    # A node not heard from does not hide one that drifted; alone, it is 4.
     drifts["lb2"] = None  # not known there: not every node was checked
+    assert exit_code() == 2
+    unreachable.add("pi1")
+    assert exit_code() == 2
+    drifts["pi2"] = []
     assert exit_code() == 4
+    drifts["lb2"] = []
+    assert (exit_code(), exit_code(detailed=False)) == (4, 4)
+    unreachable.clear()
+    assert exit_code() == 0
 
 
 @pytest.mark.parametrize("command", ["doctor", "plan", "status"])
@@ -718,7 +731,7 @@ def test_with_no_node_answering_all_says_so_and_exits_4_not_all_clear(monkeypatc
     monkeypatch.setattr(module, "run_on_each", on_each)
     out = io.StringIO()
     args = SimpleNamespace(file=str(path), node=None, ssh_config=None, json=False,
-                           no_drift=True, remove=False, force=False, detailed_exitcode=True)
+                           no_drift=False, remove=False, force=False, detailed_exitcode=True)
     assert module.run(args, out) == 4
     text = out.getvalue()
     if command == "doctor":

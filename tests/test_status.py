@@ -290,20 +290,23 @@ def test_status_detailed_exitcode_says_whether_apply_would_change_this_node(
     assert main(["status", "examples/pi-single.yaml", "--root", str(tmp_path)]) == 0
     capsys.readouterr()
     # What it cannot tell without a file, or when asked not to look, is a usage error.
-    for flags in ([], ["examples/pi-single.yaml", "--no-drift"]):
+    for flags in ([], ["examples/pi-single.yaml", "--no-drift"],
+                  ["examples/pi-single.yaml", "--watch"],
+                  ["examples/pi-single.yaml", "--connections"]):
         with pytest.raises(SystemExit) as usage:
             main(["status", *flags, "--root", str(tmp_path), "--detailed-exitcode"])
         assert usage.value.code == 64
         assert "--detailed-exitcode says whether the node drifted" in capsys.readouterr().err
 
 
-def test_status_detailed_exitcode_is_1_when_drift_cannot_be_known():
+def test_status_detailed_exitcode_is_1_when_drift_cannot_be_known(capsys):
     from helpers import node_status
     from lbctl.commands.status import drift_exit_code
     from lbctl.status.model import NodeStatus
 
     status = NodeStatus.from_json(node_status("worker", drift=None, drift_error="no IPVS"))
     assert drift_exit_code(status) == 1
+    assert capsys.readouterr().err == "lbctl: drift not known: no IPVS\n"
     assert drift_exit_code(NodeStatus.from_json(node_status("worker", drift=[]))) == 0
     assert drift_exit_code(NodeStatus.from_json(node_status("worker", drift=["+ x"]))) == 2
 

@@ -24,13 +24,13 @@ def run(args, out):
     report = cluster_report(cluster, selected, outcomes)
     out.write((json.dumps(report_json(report), indent=2) if args.json else format_cluster(cluster, report))
               + "\n")
-    # Every node is shown; the exit status says whether every node answered
-    # (and, with --detailed-exitcode, what each found).
-    entries = report["nodes"].values()
-    if any(entry["error"] for entry in entries):
-        return EXIT_UNCHECKED
-    if not args.detailed_exitcode:
-        return 0
-    if any(entry["status"].drift is None for entry in entries):
-        return EXIT_UNCHECKED
-    return EXIT_CHANGES if any(entry["status"].drift for entry in entries) else 0
+    # Every node is shown; the exit status says whether every node answered.
+    # With --detailed-exitcode, drift found comes first, as doctor's findings
+    # do: a node powered off must not hide a balancer that drifted.
+    answered = [entry["status"] for entry in report["nodes"].values() if not entry["error"]]
+    unheard = len(answered) < len(report["nodes"])
+    if args.detailed_exitcode:
+        if any(status.drift for status in answered):
+            return EXIT_CHANGES
+        unheard = unheard or any(status.drift is None for status in answered)
+    return EXIT_UNCHECKED if unheard else 0

@@ -36,10 +36,13 @@ def run(args, out):
 
 def drift_exit_code(status):
     """status --detailed-exitcode, as plan's: 2 when apply would change
-    something, 1 when what it would change is not known."""
+    something, 1 when what it would change is not known (said on stderr)."""
+    import sys
+
     from lbctl.errors import EXIT_CHANGES
 
     if status.drift is None:
+        sys.stderr.write(f"lbctl: drift not known: {status.drift_error or 'not reported'}\n")
         return 1
     return EXIT_CHANGES if status.drift else 0
 

@@ -163,8 +163,9 @@ def require_root_only_python(python):
     package_dir = os.path.dirname(package)
     # lbctl's own files one by one (a user's file in root's folder is enough),
     # and every folder its imports come from.
-    files = [os.path.join(folder, name) for folder, _, names in os.walk(package_dir)
-             for name in names]
+    # Following links: a checkout's lbctl/data/ links in the template folders.
+    files = [os.path.join(folder, name)
+             for folder, _, names in os.walk(package_dir, followlinks=True) for name in names]
     unsafe = first_unsafe([python, package_dir, *files, *(p for p in path if os.path.exists(p))])
     if unsafe is not None:
         where, info = unsafe
