@@ -274,3 +274,22 @@ def test_a_plan_and_its_fingerprint_do_not_depend_on_the_hash_seed(node, tmp_pat
         assert len(seen) == 1, (node_name, seen)
         ((shown, _),) = seen
         assert shown.count(" + ") > 3, shown  # a plan with something in it
+
+
+
+
+def test_a_callers_connection_closed_earlier_in_the_same_round_is_passed_over():
+    """The server's loop can see a command's end and its caller leaving in
+    one round: reporting the end closes the connection, and the caller's
+    event that follows must not end the server."""
+    import selectors
+    import socket
+
+    ours, theirs = socket.socketpair()
+    with selectors.DefaultSelector() as selector:
+        no_such_pid = 4194305  # above any pid_max: should it be signalled, nothing is
+        key = selector.register(ours, selectors.EVENT_READ, (warm_module.CALLER, no_such_pid))
+        theirs.close()
+        selector.unregister(ours)  # what _report_end does to it first
+        ours.close()
+        warm_module._caller_spoke(selector, key)

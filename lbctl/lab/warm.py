@@ -109,6 +109,8 @@ def _caller_spoke(selector, key):
     readable means it went away (killed, or its timeout), and so does the
     command, as a real one whose session closed would end."""
     _, child = key.data
+    if key.fileobj.fileno() == -1:
+        return  # its command's end, in the same round, was reported and closed it
     try:
         gone = not key.fileobj.recv(1, socket.MSG_DONTWAIT)
     except BlockingIOError:
