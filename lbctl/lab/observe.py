@@ -7,6 +7,7 @@ import os
 import re
 import signal
 import time
+from collections import Counter
 from ipaddress import IPv4Address
 
 from lbctl.errors import LabError
@@ -80,25 +81,37 @@ class Observations:
 
     def learned_ports(self, node, vip, port):
         """{client port: seconds left} of the established connections to
-        vip:port that `node` learned from its peer's sync daemon.  The sync
-        daemon sends a new connection in a batch that goes once full or 2 s
-        old, and looks once a second: up to 3 s late."""
+        vip:port that `node` holds, whoever scheduled them.  The sync daemon
+        sends a new connection in a batch that goes once full or 2 s old, and
+        looks once a second: up to 3 s late.  An entry the standby scheduled
+        itself while it was master (LOCAL) stays LOCAL when the peer's sync
+        later updates it (the kernel keeps an entry's origin), so a port is
+        known whatever its origin says."""
         target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
         return {fields[2]: int(fields[9]) for fields in self.connection_entries(node)
-                if fields[3:5] == target and fields[7:9] == ["ESTABLISHED", "SYNC"]}
+                if fields[3:5] == target and fields[7] == "ESTABLISHED"}
 
     def wait_until_learned(self, node, vip, port, count, before, timeout=30):
         """Until `node` has learned `count` connections to vip:port since
         `before` (learned_ports() taken before they opened).  A connection
         from a client port an old entry still holds (an entry whose end the
         node never heard of stays 15 minutes) refreshes that entry instead of
-        adding one: it counts once its time left has gone up."""
+        adding one: it counts once its time left has gone up.  A timeout
+        says how many it had learned and what its table holds for vip:port."""
         def learned_since():
             now = self.learned_ports(node, vip, port)
             return sum(1 for p, left in now.items() if p not in before or left > before[p])
-        self.wait_for(lambda: learned_since() >= count, timeout=timeout,
-                      what=f"{node} to learn {count} new connections to {vip}:{port} "
-                      "from its peer")
+        try:
+            self.wait_for(lambda: learned_since() >= count, timeout=timeout,
+                          what=f"{node} to learn {count} new connections to {vip}:{port} "
+                          "from its peer")
+        except LabError as exc:
+            target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
+            kinds = Counter(" ".join(fields[7:9]) for fields in self.connection_entries(node)
+                            if fields[3:5] == target)
+            raise LabError(f"{exc}: learned {learned_since()}; {node} holds "
+                           f"{dict(kinds)} (state origin: entries) for {vip}:{port}, "
+                           f"{len(before)} established before") from None
 
     def vip_macs(self, vip, node="client", count=3):
         """The MACs that answer ARP for `vip`."""
