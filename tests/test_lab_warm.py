@@ -293,3 +293,16 @@ def test_a_callers_connection_closed_earlier_in_the_same_round_is_passed_over():
         selector.unregister(ours)  # what _report_end does to it first
         ours.close()
         warm_module._caller_spoke(selector, key)
+
+
+def test_a_request_carries_argv_environment_and_folder_as_the_kernel_gave_them():
+    from lbctl.lab.warm_relay import decode_request, encode_request
+
+    odd = os.fsdecode(b"caf\xe9")  # not UTF-8: kept as the bytes it was
+    argv = ["apply", "", "a=b", "two words", odd, "\n"]
+    env = {"PATH": "/usr/bin", "EMPTY": "", "EQUALS": "x=y=z", "ODD": odd}
+    assert decode_request(encode_request(argv, env, "/tmp/" + odd)) == (argv, env, "/tmp/" + odd)
+    assert decode_request(encode_request([], {}, "/")) == ([], {}, "/")
+    for bad in (b"", b"{}", b"lbctl-warm-1\0/\x003\0only-one", b"other\0/\x000"):
+        with pytest.raises(ValueError):
+            decode_request(bad)

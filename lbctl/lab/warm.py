@@ -17,14 +17,13 @@ runs for --all (warm_relay.py).  The boot units, strace and a node made to
 claim another version still start lbctl as a user's shell would.
 
 Protocol, on a Unix socket only root can reach (the lab's folder is root's):
-the caller sends one JSON line {"argv", "env", "cwd"} with its three file
-descriptors attached; the server answers "pid N NETNS\\n" once the child
+the caller sends one request (warm_relay.encode_request: its argv,
+environment and working directory) with its three file descriptors attached; the server answers "pid N NETNS\\n" once the child
 runs (NETNS: the inode of its network namespace), and "exit N\\n" (or
 "signal N\\n") once it has ended.  A caller that closes its end first has
 the command killed.
 """
 
-import json
 import os
 import selectors
 import signal
@@ -35,6 +34,7 @@ import threading
 import time
 
 from lbctl.errors import LabError
+from lbctl.lab.warm_relay import decode_request, encode_request
 
 # Every command module and what they import on the way: a command then
 # imports nothing of lbctl's own, and neither YAML nor Jinja2.
@@ -145,7 +145,7 @@ def _start(connection, selector):
     connection.settimeout(10)  # a caller that sends nothing does not hold the server
     try:
         message, fds, _, _ = socket.recv_fds(connection, HEADER_LIMIT, 3)
-        request = json.loads(message)
+        request = decode_request(message)
     except (OSError, ValueError):
         return None
     if len(fds) != 3:
@@ -185,10 +185,11 @@ def _run_child(request, fds, connection, selector):
             os.dup2(fd, target)
             os.close(fd)
         os.setpgid(0, 0)  # the caller's timeout stops the command and all below it
+        argv, env, cwd = request
         os.environ.clear()
-        os.environ.update(request["env"])
-        os.chdir(request["cwd"])
-        sys.argv = ["lbctl", *request["argv"]]
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.argv = ["lbctl", *argv]
         # Text streams on the new descriptors, as a new interpreter opens them:
         # stderr line-buffered whatever it is.
         sys.stdin = sys.__stdin__ = open(0, closefd=False)
@@ -198,7 +199,7 @@ def _run_child(request, fds, connection, selector):
         from lbctl.cli import main
 
         try:
-            code = main(request["argv"])
+            code = main(argv)
         except SystemExit as exc:
             code = exc.code
         if code is None:
@@ -249,10 +250,8 @@ class WarmLbctl:
             connection.settimeout(timeout)
             try:
                 connection.connect(self.path)
-                request = {"argv": list(map(str, argv)), "env": dict(os.environ),
-                           "cwd": os.getcwd()}
-                socket.send_fds(connection, [json.dumps(request).encode()],
-                                [devnull, stdout_w, stderr_w])
+                request = encode_request(list(map(str, argv)), os.environ, os.getcwd())
+                socket.send_fds(connection, [request], [devnull, stdout_w, stderr_w])
                 reply = connection.makefile("r")
                 started = reply.readline().split()
             except OSError as exc:

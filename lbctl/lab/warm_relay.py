@@ -11,25 +11,34 @@ the cluster file from the SSH session's stdin and writing to its stdout and
 stderr directly, so what `--all` sees is what a fresh lbctl would give it.
 Where the node has no server to take it, lbctl starts anew here instead.
 
-Run by path with `python -I -S`: it imports nothing of lbctl's and no
-site-packages, so it costs a bare interpreter.  Usage:
+Run by path with `python -I -S`: it imports nothing of lbctl's, no
+site-packages and only modules built into the interpreter (_socket,
+_signal and _struct; socket, signal, array and json import enum, re and
+collections, which cost more than the interpreter's own start in the
+emulated lab).  Usage:
 
     python -I -S warm_relay.py SOCKET [LBCTL ARGUMENTS...]
+
+A request is one message with the caller's stdin, stdout and stderr
+attached: NUL-separated fields, as the kernel gives them to a process (none
+can hold a NUL), made by encode_request() and read by decode_request().
 """
 
-import json
 import os
-import signal
-import socket
 import sys
+
+import _signal
+import _socket
+import _struct
 
 # A relay that fails says so and exits 70 (EX_SOFTWARE): not 255, which
 # --all reads as ssh's own failure to reach the node.
 EXIT_RELAY = 70
 HANDSHAKE_SECONDS = 30  # the server answers at once unless it is stuck
+REQUEST_TAG = b"lbctl-warm-1"
 # A signal sent to lbctl goes to the command as it would to a real one: TERM
 # and HUP to its process alone, INT (a terminal's Ctrl-C) to its group.
-FORWARDED = {signal.SIGHUP: os.kill, signal.SIGTERM: os.kill, signal.SIGINT: os.killpg}
+FORWARDED = {_signal.SIGHUP: os.kill, _signal.SIGTERM: os.kill, _signal.SIGINT: os.killpg}
 
 
 class RelayError(Exception):
@@ -40,21 +49,53 @@ class NoServer(Exception):
     pass
 
 
+def encode_request(argv, env, cwd):
+    """The bytes of a request to run lbctl `argv` with `env` in `cwd`."""
+    fields = [REQUEST_TAG, os.fsencode(cwd), str(len(argv)).encode(),
+              *map(os.fsencode, argv),
+              *(os.fsencode(key) + b"=" + os.fsencode(value) for key, value in env.items())]
+    return b"\0".join(fields)
+
+
+def decode_request(message):
+    """(argv, env, cwd) of a request; ValueError for anything else."""
+    tag, cwd, count, *rest = message.split(b"\0")
+    if tag != REQUEST_TAG or not count.isdigit() or int(count) > len(rest):
+        raise ValueError("not a request")
+    count = int(count)
+    env = dict(os.fsdecode(item).partition("=")[::2] for item in rest[count:])
+    return [os.fsdecode(arg) for arg in rest[:count]], env, os.fsdecode(cwd)
+
+
+def _lines(connection):
+    """The lines the server sends, as lists of words."""
+    pending = b""
+    while True:
+        while b"\n" not in pending:
+            chunk = connection.recv(4096)
+            if not chunk:
+                return
+            pending += chunk
+        line, pending = pending.split(b"\n", 1)
+        yield line.decode().split()
+
+
 def relay(path, argv):
     """The command's exit status, or minus the signal that ended it."""
     # Held back until the command runs, then passed on: a signal in between
     # would end the relay alone and leave the command running.
-    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+    _signal.pthread_sigmask(_signal.SIG_BLOCK, FORWARDED)
+    connection = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         connection.settimeout(HANDSHAKE_SECONDS)
         try:
             connection.connect(path)
         except (FileNotFoundError, ConnectionRefusedError):
             raise NoServer() from None
-        request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
-        socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
-        reply = connection.makefile("r")
-        started = reply.readline().split()
+        connection.sendmsg([encode_request(argv, os.environ, os.getcwd())],
+                           [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _struct.pack("3i", 0, 1, 2))])
+        replies = _lines(connection)
+        started = next(replies, [])
         if started[:1] != ["pid"] or len(started) != 3:
             raise RelayError("the node's lbctl server refused the command")
         child, namespace = int(started[1]), int(started[2])
@@ -71,13 +112,15 @@ def relay(path, argv):
                 # there is no such group, and the command alone gets it.
                 os.kill(child, signum)
         for signum in FORWARDED:
-            signal.signal(signum, forward)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+            _signal.signal(signum, forward)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)
         connection.settimeout(None)  # the command takes as long as it takes
-        word, _, number = reply.readline().partition(" ")
-    if word not in ("exit", "signal"):
+        ended = next(replies, [])
+    finally:
+        connection.close()
+    if len(ended) != 2 or ended[0] not in ("exit", "signal"):
         raise RelayError("the node's lbctl server ended before the command did")
-    return int(number) if word == "exit" else -int(number)
+    return int(ended[1]) if ended[0] == "exit" else -int(ended[1])
 
 
 def main():
@@ -85,14 +128,14 @@ def main():
     try:
         code = relay(path, argv)
     except NoServer:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)
         python = sys.executable
         os.execv(python, [python, "-m", "lbctl", *argv])
     except (OSError, ValueError, RelayError) as exc:
         print(f"lbctl (lab relay): {exc}", file=sys.stderr)
         return EXIT_RELAY
     if code < 0:  # end as the command did: by the same signal
-        signal.signal(-code, signal.SIG_DFL)
+        _signal.signal(-code, _signal.SIG_DFL)
         os.kill(os.getpid(), -code)
         return 128 - code  # a signal that does not end a process: as a shell reports it
     return code
