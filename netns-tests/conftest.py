@@ -237,11 +237,11 @@ class ClusterLab(Lab):
         return self.finish(load)
 
     def ipvs_rules(self, node="lb1"):
-        out = self.sh(node, ["ipvsadm-save", "-n"]).stdout
+        out = self.sh(node, ["ipvsadm", "-S", "-n"]).stdout
         return sorted(line for line in out.splitlines() if line.strip())
 
     def ask_web(self, count, vip="192.168.100.10"):
-        return [self.curl(f"http://{vip}/").stdout.strip() or "failed" for _ in range(count)]
+        return self.ask(f"http://{vip}/", count)
 
 
 @pytest.fixture(scope="session")

@@ -115,7 +115,7 @@ def test_apply_all_brings_a_fresh_cluster_up_in_order(lab, fleet, pair_file):
     assert set(order[:3]) == {"pi1", "pi2", "pi3"} and order[3:] == ["lb2", "lb1"], up.stdout
     assert "applied on 5 node(s)" in up.stdout
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
-    served = {lab.curl(f"http://{WEB_VIP}/").stdout.strip() for _ in range(12)}
+    served = set(lab.ask(f"http://{WEB_VIP}/", 12))
     assert served == {"served by pi1", "served by pi2", "served by pi3"}
     # plan --all and doctor --all of the fresh pair: test_fleet_matrix's cells.
 

@@ -63,7 +63,7 @@ class EcmpLab(RoutedLab):
     def ipvs_rules(self, node):
         """ipvsadm-save's lines in the kernel's order: mh fills its table
         from the real servers in that order, so it must match too."""
-        out = self.sh(node, ["ipvsadm-save", "-n"]).stdout
+        out = self.sh(node, ["ipvsadm", "-S", "-n"]).stdout
         return [line for line in out.splitlines() if line.strip()]
 
 

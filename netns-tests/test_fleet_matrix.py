@@ -111,8 +111,7 @@ def web_rules(lab, node, vip):
 
 
 def served_by(lab, vip, count=12):
-    return {lab.curl(f"http://{vip}/", timeout=3).stdout.strip() or "failed"
-            for _ in range(count)}
+    return set(lab.ask(f"http://{vip}/", count, timeout=3))
 
 
 def daemons(lab, node):

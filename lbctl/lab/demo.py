@@ -51,8 +51,7 @@ def demo(cluster_file, out, requests=12):
         for svc in cluster.services.values():
             _print(out, f"\n== {requests} requests from the client to {svc.key} ({svc.scheduler})")
             if svc.protocol == "tcp":
-                answers = [lab.curl(f"http://{svc.vip}:{svc.port}/").stdout.strip() or "failed"
-                           for _ in range(requests)]
+                answers = lab.ask(f"http://{svc.vip}:{svc.port}/", requests)
             else:
                 answers = lab.udp_ask(svc.vip, svc.port, count=requests)
             for i, answer in enumerate(answers, 1):

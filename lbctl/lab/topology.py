@@ -26,6 +26,8 @@ from lbctl.lab.warm import WarmLbctl
 from lbctl.layout import Layout
 
 BLOB_BYTES = 1 << 20  # the file the DSR proof downloads
+# What curl writes after each answer of Lab.ask: the answers are split there.
+ANSWER_END = "--lbctl-lab-answer-end--"
 
 
 @dataclass
@@ -224,6 +226,16 @@ class Lab(Faults, Observations):
 
     def curl(self, url, node="client", timeout=5):
         return self.sh(node, ["curl", "-sS", "--max-time", str(timeout), url], check=False)
+
+    def ask(self, url, count, node="client", timeout=5):
+        """What `count` GETs of `url` from `node` were answered, each on a new
+        connection (so each is scheduled anew): its body, or "failed".  One
+        curl makes them all: in the emulated lab a curl costs more to start
+        than its requests take."""
+        out = self.sh(node, ["curl", "-sS", "--max-time", str(timeout), "-H", "Connection: close",
+                             "-w", f"\n{ANSWER_END}\n", *[url] * count], check=False).stdout
+        answers = out.split(f"\n{ANSWER_END}\n")[:count]
+        return [a.strip() or "failed" for a in answers] + ["failed"] * (count - len(answers))
 
     def udp_ask(self, address, port, node="client", count=1, timeout=2):
         code = ("import socket,sys\n"
