@@ -306,3 +306,31 @@ def test_a_request_carries_argv_environment_and_folder_as_the_kernel_gave_them()
     for bad in (b"", b"{}", b"lbctl-warm-1\0/\x003\0only-one", b"other\0/\x000"):
         with pytest.raises(ValueError):
             decode_request(bad)
+
+
+def test_a_cold_node_finds_the_installed_lbctl_first_and_can_turn_warm(tmp_path):
+    """LabSsh.make_cold: the `lbctl` first on a cold node's PATH is the
+    venv's own entry point; a warm node's is the relay to its server."""
+    from types import SimpleNamespace
+
+    from lbctl.lab.sshd import LabSsh
+
+    nodes = {name: SimpleNamespace(name=name) for name in ("pi1", "pi3")}
+    lab = SimpleNamespace(workdir=str(tmp_path), nodes=nodes,
+                          warm_socket=lambda name: f"/run/warm/{name}.sock")
+    ssh = LabSsh(lab, cold=["pi3"])
+    ssh.processes = dict.fromkeys(nodes)  # both sshd running
+    folders = {name: ssh._lbctl_cold_or_relaying(node) for name, node in nodes.items()}
+
+    def first_lbctl(name):
+        for folder in (folders[name], os.path.dirname(sys.executable)):
+            if os.path.exists(os.path.join(folder, "lbctl")):
+                return open(os.path.join(folder, "lbctl")).read()
+
+    assert "warm_relay.py" in first_lbctl("pi1") and "/run/warm/pi1.sock" in first_lbctl("pi1")
+    assert "warm_relay.py" not in first_lbctl("pi3")  # the console script pip wrote
+    ssh.make_cold([])
+    assert "/run/warm/pi3.sock" in first_lbctl("pi3")
+    ssh.make_cold(["pi1"])
+    assert "warm_relay.py" not in first_lbctl("pi1")
+    assert "/run/warm/pi3.sock" in first_lbctl("pi3")

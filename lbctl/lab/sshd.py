@@ -27,6 +27,7 @@ class LabSsh:
         anew for each command as on a Pi, not the relay to the warm one."""
         self.lab = lab
         self.cold = set(cold)
+        self.claiming = set()  # nodes whose lbctl claims another version
         self.dir = os.path.join(lab.workdir, "ssh")
         self.config = os.path.join(self.dir, "ssh_config")
         self.processes = {}
@@ -72,10 +73,10 @@ class LabSsh:
     def _sshd_config(self, node, version=None):
         if version is not None:
             bin_dir = self._lbctl_claiming(node, version)
-        elif node.name in self.cold:
-            bin_dir = os.path.dirname(sys.executable)  # the venv's own `lbctl`
+            self.claiming.add(node.name)
         else:
-            bin_dir = self._lbctl_relaying(node)
+            bin_dir = self._lbctl_cold_or_relaying(node)
+            self.claiming.discard(node.name)
         return self._write(f"sshd_{node.name}", "\n".join([
             f"ListenAddress {node.address}:22",
             f"HostKey {self.dir}/host_key",
@@ -95,6 +96,21 @@ class LabSsh:
             f"PATH={bin_dir}:{os.path.dirname(sys.executable)}:/usr/sbin:/usr/bin:/sbin:/bin",
             ""]))
 
+    def make_cold(self, names):
+        """From the next login on, the nodes `names`, and no others, run the
+        installed lbctl anew (a node claiming another version keeps its own)."""
+        self.cold = set(names)
+        for name in self.processes:
+            if name not in self.claiming:
+                self._lbctl_cold_or_relaying(self.lab.nodes[name])
+
+    def _lbctl_cold_or_relaying(self, node):
+        """The folder first on the node's PATH: its `lbctl` the relay, or for
+        a cold node none, so that the venv's own `lbctl` (next) runs."""
+        if node.name not in self.cold:
+            return self._lbctl_relaying(node)
+        return self._bin_dir(node, None)
+
     def _lbctl_relaying(self, node):
         """A folder whose `lbctl` hands its command to the node's warm lbctl."""
         socket_path = self.lab.warm_socket(node.name)
@@ -105,9 +121,15 @@ class LabSsh:
             f'{shlex.quote(socket_path)} "$@"', ""]))
 
     def _bin_dir(self, node, script_text):
+        """The node's folder first on its PATH, with `script_text` as its
+        `lbctl` (None: no `lbctl` there)."""
         folder = os.path.join(self.dir, f"bin-{node.name}")
         os.makedirs(folder, mode=0o755, exist_ok=True)
         script = os.path.join(folder, "lbctl")
+        if script_text is None:
+            if os.path.lexists(script):
+                os.unlink(script)
+            return folder
         # Made whole beside it, then put in place: an sshd still running
         # never starts a half-written script.
         with open(script + ".new", "w") as fh:
