@@ -106,8 +106,11 @@ def check_bgp(c, top, ecmp, balancers, workers, services, network):
     keepalive = None
     if hold is not None:
         # RFC 4271 suggests a third of the hold time: two keepalives may be lost.
-        keepalive = c.whole_seconds(spec.get("keepalive", max(1, hold // 3)),
-                                    p + ("keepalive",), 1, max(1, hold // 3), "BGP")
+        longest = max(1, hold // 3)
+        keepalive = c.whole_seconds(
+            spec.get("keepalive", longest), p + ("keepalive",), 1, longest, "BGP",
+            bound_by=f"at most a third of bgp.hold ({hold}s), so that two keepalives lost "
+            f"do not end the session: {longest}s or less, or a longer hold")
     bfd = _bfd(c, spec.get("bfd", False), p + ("bfd",))
     if bfd and hold is not None and bfd.interval * bfd.multiplier >= hold:
         c.error(p + ("bfd",), f"bgp.bfd: {bfd.interval:g}s x {bfd.multiplier} is no sooner "

@@ -99,8 +99,9 @@ class Checker:
             return None
         return value
 
-    def duration(self, value, path, low, high):
-        """Seconds, from a number or a string such as 1s, 0.5s or 200ms."""
+    def duration(self, value, path, low, high, bound_by=""):
+        """Seconds, from a number or a string such as 1s, 0.5s or 200ms.
+        `bound_by`: why the range is what it is, where another key sets it."""
         seconds = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             seconds = float(value)
@@ -113,14 +114,15 @@ class Checker:
             return None
         if not low <= seconds <= high:
             self.error(path, f"{self.where(path)}: {value!r} is out of range "
-                       f"({seconds_text(low)} to {seconds_text(high)})")
+                       f"({seconds_text(low)} to {seconds_text(high)})"
+                       + (f": {bound_by}" if bound_by else ""))
             return None
         return seconds
 
-    def whole_seconds(self, value, path, low, high, counter):
+    def whole_seconds(self, value, path, low, high, counter, bound_by=""):
         """A duration (300, 300s) that is a whole number of seconds, as
         `counter` (BGP, IPVS) counts its time."""
-        seconds = self.duration(value, path, low, high)
+        seconds = self.duration(value, path, low, high, bound_by)
         if seconds is not None and seconds != int(seconds):
             self.error(path, f"{self.where(path)}: {value!r} is not a whole number of seconds; "
                        f"{counter} counts it in seconds")
