@@ -334,3 +334,15 @@ def test_a_cold_node_finds_the_installed_lbctl_first_and_can_turn_warm(tmp_path)
     ssh.make_cold(["pi1"])
     assert "warm_relay.py" not in first_lbctl("pi1")
     assert "/run/warm/pi3.sock" in first_lbctl("pi3")
+
+
+def test_the_server_imports_nothing_from_the_folder_it_was_started_in(node, tmp_path,
+                                                                        monkeypatch):
+    """A module-named file in the lab's working directory (a test's yaml.py)
+    is not what lbctl imports: an installed lbctl would not see it either."""
+    name, warm = node
+    (tmp_path / "yaml.py").write_text("raise SystemExit('the folder yaml.py was imported')\n")
+    monkeypatch.chdir(tmp_path)
+    done = warm.run(["validate", "-"], timeout=60)  # stdin is empty: a file error, not ours
+    assert "the folder yaml.py" not in done.stderr, done.stderr
+    assert done.returncode == 1 and "<stdin>" in done.stderr, done

@@ -300,8 +300,10 @@ class WarmLbctl:
         self.stop()
         # Its own session: a Ctrl-C at the lab's terminal reaches the lab,
         # which stops the command it waits for; the server ends with the lab.
+        # -P: the lab's working directory stays off sys.path, as it is for an
+        # installed lbctl; a file there named like a module is not imported.
         self.process = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns, sys.executable, "-m", "lbctl.lab.warm",
+            ["ip", "netns", "exec", self.netns, sys.executable, "-P", "-m", "lbctl.lab.warm",
              self.path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             start_new_session=True)
         if self.process.stdout.readline().strip() != "ready":
