@@ -12,7 +12,14 @@ def test_apply_then_requests_reach_every_worker_in_weight_proportion(lab, base):
     answers = lab.ask_web(40)
     counts = collections.Counter(answers)
     # wrr with weights 1, 1, 2 hands out exactly this many of every 4 requests.
-    assert counts == {"served by pi1": 10, "served by pi2": 10, "served by pi3": 20}, counts
+    # Within one: a connection the test did not make (seen once in a full
+    # run, the shared lab's earlier tests leave clients behind) takes one turn
+    # of the sequence, and the counts shift by one.  Equal weights would
+    # give 13, 13 and 14.
+    expected = {"served by pi1": 10, "served by pi2": 10, "served by pi3": 20}
+    table = lab.sh("lb1", ["ipvsadm", "-Ln", "--stats"]).stdout
+    assert sum(counts.values()) == 40 and all(
+        abs(counts[worker] - share) <= 1 for worker, share in expected.items()), (counts, table)
 
 
 def test_arp_for_the_vip_is_answered_only_by_the_balancer(lab, base):
