@@ -79,6 +79,11 @@ class Observations:
         rows = self.sh(node, ["cat", "/proc/net/ip_vs_conn_sync"]).stdout.splitlines()[1:]
         return [row.split() for row in rows]
 
+    def service_entries(self, node, vip, port):
+        """connection_entries() of the connections to vip:port."""
+        target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
+        return [fields for fields in self.connection_entries(node) if fields[3:5] == target]
+
     def learned_ports(self, node, vip, port):
         """{client port: seconds left} of the established connections to
         vip:port that `node` holds, whoever scheduled them.  The sync daemon
@@ -87,9 +92,8 @@ class Observations:
         itself while it was master (LOCAL) stays LOCAL when the peer's sync
         later updates it (the kernel keeps an entry's origin), so a port is
         known whatever its origin says."""
-        target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
-        return {fields[2]: int(fields[9]) for fields in self.connection_entries(node)
-                if fields[3:5] == target and fields[7] == "ESTABLISHED"}
+        return {fields[2]: int(fields[9]) for fields in self.service_entries(node, vip, port)
+                if fields[7] == "ESTABLISHED"}
 
     def wait_until_learned(self, node, vip, port, count, before, timeout=30):
         """Until `node` has learned `count` connections to vip:port since
@@ -106,9 +110,8 @@ class Observations:
                           what=f"{node} to learn {count} new connections to {vip}:{port} "
                           "from its peer")
         except LabError as exc:
-            target = [f"{int(IPv4Address(vip)):08X}", f"{port:04X}"]
-            kinds = Counter(" ".join(fields[7:9]) for fields in self.connection_entries(node)
-                            if fields[3:5] == target)
+            kinds = Counter(" ".join(fields[7:9])
+                            for fields in self.service_entries(node, vip, port))
             raise LabError(f"{exc}: learned {learned_since()}; {node} holds "
                            f"{dict(kinds)} (state origin: entries) for {vip}:{port}, "
                            f"{len(before)} established before") from None

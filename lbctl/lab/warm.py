@@ -18,10 +18,11 @@ claim another version still start lbctl as a user's shell would.
 
 Protocol, on a Unix socket only root can reach (the lab's folder is root's):
 the caller sends one request (warm_relay.encode_request: its argv,
-environment and working directory) with its three file descriptors attached; the server answers "pid N NETNS\\n" once the child
-runs (NETNS: the inode of its network namespace), and "exit N\\n" (or
-"signal N\\n") once it has ended.  A caller that closes its end first has
-the command killed.
+environment and working directory) with its three file descriptors
+attached; the server answers "pid N NETNS\\n" once the child runs (NETNS:
+the inode of its network namespace), and "exit N\\n" (or "signal N\\n")
+once it has ended.  A caller that closes its end first has the command
+killed.
 """
 
 import os
