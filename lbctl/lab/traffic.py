@@ -17,9 +17,13 @@ import time
 
 
 def _get(address, port, path, timeout):
-    """One HTTP/1.0 request on a new connection: (ok, the body, or what went wrong)."""
+    """One HTTP/1.0 request on a new connection: (ok, the body, or what went wrong).
+    A failure names its step (connect, or the request on a connection from
+    its client port), so a test can look the connection up in IPVS tables."""
+    step = "connect"
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
+            step = f"request from port {sock.getsockname()[1]}"
             sock.settimeout(timeout)
             sock.sendall(_request(address, path))
             data = b""
@@ -27,7 +31,7 @@ def _get(address, port, path, timeout):
                 data += chunk
     except OSError as exc:
         # What the client saw, for a test that finds a failed request to say why.
-        return False, f"error: {type(exc).__name__}: {exc}"
+        return False, f"error: {step}: {type(exc).__name__}: {exc}"
     return _answer(data)
 
 
