@@ -62,16 +62,17 @@ def listen(cluster, here, ifname, own_ip, own_mac, holds, mtu):
 
     addresses = {name: n.address for name, n in {**cluster.balancers, **cluster.workers}.items()
                  if name != here}
-    by_address = who_has(sorted(set(addresses.values()), key=int))
+    # The nodes and the VIPs in one round: a round waits the whole REPLY_WAIT
+    # (every host that answers for a VIP counts, not only the first).
+    by_address = who_has(sorted(set(addresses.values()) | set(cluster.vips), key=int))
     node_macs = {name: min(by_address.get(str(a), {None}) - {None}, default=None)
                  for name, a in addresses.items()}
     owners = {mac: name for name, a in addresses.items() for mac in by_address.get(str(a), ())}
     if here is not None:
         node_macs[here] = own_mac.lower()
         owners[own_mac.lower()] = here
-    vips = who_has(cluster.vips)
-    vip_macs = {vip: sorted(vips.get(str(vip), set()) | ({own_mac.lower()} if vip in holds
-                                                           else set()))
+    vip_macs = {vip: sorted(by_address.get(str(vip), set()) | ({own_mac.lower()} if vip in holds
+                                                                 else set()))
                 for vip in cluster.vips}
 
     probes = {}
