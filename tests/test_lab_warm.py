@@ -209,12 +209,17 @@ def test_a_relay_that_ends_takes_its_command_with_it(node, how):
     assert warm.run(["--version"], timeout=60).returncode == 0  # the server goes on
 
 
-def test_a_relay_with_no_server_starts_lbctl_itself(node):
+def test_a_relay_with_no_server_starts_lbctl_itself(node, tmp_path):
+    """As the installed lbctl: nothing imported from the folder it runs in."""
     name, warm = node
     warm.ensure()
     warm.stop()
     done = relayed(name, warm, "--version")
     assert (done.returncode, done.stdout) == (0, f"lbctl {lbctl.__version__}\n"), done
+    (tmp_path / "yaml.py").write_text("raise SystemExit('the folder yaml.py was imported')\n")
+    done = relayed(name, warm, "validate", "-", cwd=tmp_path)
+    assert "the folder yaml.py" not in done.stderr, done.stderr
+    assert done.returncode == 1 and "<stdin>" in done.stderr, done
 
 
 def test_a_relay_refuses_a_server_in_another_namespace(node):

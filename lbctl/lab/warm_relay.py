@@ -129,8 +129,10 @@ def main():
         code = relay(path, argv)
     except NoServer:
         _signal.pthread_sigmask(_signal.SIG_UNBLOCK, FORWARDED)
+        # As the installed entry point runs: the working folder stays off
+        # sys.path (-P), so a module-named file there is not what lbctl imports.
         python = sys.executable
-        os.execv(python, [python, "-m", "lbctl", *argv])
+        os.execv(python, [python, "-P", "-m", "lbctl", *argv])
     except (OSError, ValueError, RelayError) as exc:
         print(f"lbctl (lab relay): {exc}", file=sys.stderr)
         return EXIT_RELAY
