@@ -313,9 +313,7 @@ def test_a_planned_failover_and_back_loses_no_request(lab, pair):
         assert result.returncode == 0, result.stdout + result.stderr
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
     moves["back to lb1"] = master_since(lab, "lb1")
-    time.sleep(2)
-    load.send_signal(signal.SIGINT)
-    records = lab.finish(load)
+    records = lab.stop_load(load)
     summary = summarize(records, 0)
     report("planned failover and back", failed=f"{summary['failed']}/{summary['requests']}",
            slowest=f"{max(end - start for start, end, _ok, _body in records):.1f}s")

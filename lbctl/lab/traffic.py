@@ -50,19 +50,22 @@ def _answer(data):
 
 
 def steady_load(address, port, seconds, interval, timeout, path="/"):
-    """A request every `interval` for `seconds`: [(start, end, ok, body)]."""
+    """A request every `interval` for `seconds`: [(start, end, ok, body)].
+    SIGINT ends it early, once the request in flight has ended: a request
+    stalled at that moment is still counted, as it ends."""
+    stopping = []
+    signal.signal(signal.SIGINT, lambda _signum, _frame: stopping.append(True))
     records = []
     end = time.time() + seconds
     next_start = time.time()
-    try:
-        while next_start < end:
-            time.sleep(max(0.0, next_start - time.time()))
-            start = time.time()
-            ok, body = _get(address, port, path, timeout)
-            records.append((start, time.time(), ok, body))
-            next_start = max(next_start + interval, time.time())
-    except KeyboardInterrupt:
-        pass  # SIGINT ends the load early: the records so far are the result
+    while next_start < end and not stopping:
+        time.sleep(max(0.0, next_start - time.time()))
+        if stopping:
+            break
+        start = time.time()
+        ok, body = _get(address, port, path, timeout)
+        records.append((start, time.time(), ok, body))
+        next_start = max(next_start + interval, time.time())
     return records
 
 

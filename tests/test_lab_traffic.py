@@ -1,0 +1,72 @@
+"""The lab's measuring client against a web server on this machine's loopback."""
+
+import http.server
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+
+class SlowHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    delay = 0.0
+
+    def do_GET(self):
+        time.sleep(self.delay)
+        body = b"served by loopback\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), SlowHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def load(port, *args):
+    return subprocess.Popen([sys.executable, "-m", "lbctl.lab.traffic", "load", "127.0.0.1",
+                             "--port", str(port), *map(str, args)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigint_ends_the_load_after_the_request_in_flight(server):
+    """A request stalled when the load is told to stop is counted as it ends,
+    not left out: a test stopping its load right after a failover must see
+    the requests the failover held up."""
+    SlowHandler.delay = 1.0
+    proc = load(server.server_address[1], "--seconds", 60, "--interval", 0.05, "--timeout", 5)
+    time.sleep(1.5)  # the second request is in flight
+    interrupted = time.time()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    records = json.loads(out)
+    assert [r[2:] for r in records] == [[True, "served by loopback"]] * 2, records
+    assert records[-1][0] < interrupted < records[-1][1]
+
+
+def test_a_request_that_times_out_names_its_step_and_port(server):
+    SlowHandler.delay = 3.0
+    proc = load(server.server_address[1], "--seconds", 0.1, "--timeout", 0.5)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    ((_start, _end, ok, body),) = json.loads(out)
+    assert not ok
+    assert body.startswith("error: request from port "), body
+    assert body.endswith(": TimeoutError: timed out"), body
+    port = int(body.split()[4].rstrip(":"))
+    assert 1024 <= port <= 65535
