@@ -436,11 +436,34 @@ def unused_client_port(lab):
             return port
 
 
-def finish_on_the_other_balancer(lab, sync_blocked):
+# On the client: the worker's SYN-ACKs to one client port are lost until the
+# client has sent its SYN twice (the rule counts them), so the balancer sees
+# a handshake of three packets.
+SYN_ACK_LOST = """
+table ip lbctl-test-synack {{
+    chain in {{
+        type filter hook input priority 0; policy accept;
+        tcp dport {port} tcp flags & (syn | ack) == syn | ack drop
+    }}
+    chain out {{
+        type filter hook output priority 0; policy accept;
+        tcp sport {port} tcp flags & (syn | ack) == syn counter
+    }}
+}}
+"""
+
+
+def syns_sent(lab):
+    out = lab.sh("client", ["nft", "list", "chain", "ip", "lbctl-test-synack", "out"]).stdout
+    return int(out.split("counter packets ")[1].split()[0])
+
+
+def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False):
     """Open a connection through lb1, make lb2 take the VIP (neither hears the
     other's adverts), then finish the request through lb2: (what the client
     printed, packets lb2's grace held back, what both balancers and the
-    client knew, for a failure's message)."""
+    client knew, for a failure's message).  `syn_resent`: the client's first
+    SYN-ACKs are lost, and it sends its SYN again."""
     # keepalived sends a master's gratuitous ARPs again 5 s after it took over
     # (vrrp_garp_master_delay); lb1's must not pull the client back mid-test.
     time.sleep(max(0.0, master_since(lab, "lb1") + 6 - time.time()))
@@ -454,10 +477,16 @@ def finish_on_the_other_balancer(lab, sync_blocked):
         # Before the connection opens: lb1's sync daemon may send it within
         # moments of its first packets, and lb2 must never learn it.
         lab.block_sync("lb2")
+    port = unused_client_port(lab)
+    if syn_resent:
+        lab.sh("client", ["nft", "-f", "-"], input=SYN_ACK_LOST.format(port=port))
     client = subprocess.Popen(["ip", "netns", "exec", lab.nodes["client"].netns, sys.executable,
-                               "-c", OPEN_CONNECTION, WEB_VIP, str(unused_client_port(lab))],
+                               "-c", OPEN_CONNECTION, WEB_VIP, str(port)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
+        if syn_resent:
+            lab.wait_for(lambda: syns_sent(lab) >= 2, timeout=10, what="the client's second SYN")
+            lab.sh("client", ["nft", "delete", "table", "ip", "lbctl-test-synack"])
         opened, port = client.stdout.readline().split()
         assert opened == "open"
         port = int(port)
@@ -483,6 +512,7 @@ def finish_on_the_other_balancer(lab, sync_blocked):
         return printed, grace_held(lab, "lb2"), known
     finally:
         client.kill()
+        lab.sh("client", ["nft", "delete", "table", "ip", "lbctl-test-synack"], check=False)
         for node in ("lb1", "lb2"):
             lab.block_vrrp(node, blocked=False)
         lab.block_sync("lb2", blocked=False)
@@ -495,7 +525,7 @@ def finish_on_the_other_balancer(lab, sync_blocked):
 
 def test_a_takeover_carries_on_a_connection_the_peer_had_not_synced_yet(lab, pair):
     # The client's connection has had only its handshake through lb1, which
-    # is when lbctl's sync threshold queues it (the kernel's default waits for
+    # is when lbctl's sync settings queue it (the kernel's default waits for
     # a third packet, which never came through lb1: lb2 never learned it, and
     # reset the request).  lb1's sync daemon sends it in its next batch, up
     # to 3 s later.  Until it arrives lb2 does not know it, and its own TCP
@@ -509,8 +539,11 @@ def test_a_takeover_carries_on_a_connection_the_peer_had_not_synced_yet(lab, pai
     lab.wait_for(lambda: "elements" not in armed("lb1"), timeout=20, what="lb1's grace to end")
     # Where lb1's batch reaches lb2 before the client's packet, there is nothing
     # to hold back: up to three tries for the race the grace is for.
-    for _ in range(3):
-        printed, held, known = finish_on_the_other_balancer(lab, sync_blocked=False)
+    for attempt in range(3):
+        # The first connection's SYN is resent: lb1 counts three packets by
+        # the end of its handshake, and must send it all the same.
+        printed, held, known = finish_on_the_other_balancer(lab, sync_blocked=False,
+                                                            syn_resent=attempt == 0)
         report("takeover grace: a request begun on the old master", printed=" ".join(printed),
                packets_held=held)
         assert printed[:3] == ["reply", "served", "by"], f"{printed}\n{known}"

@@ -14,13 +14,16 @@ from lbctl.state import (
 )
 
 KEEPALIVED_SCRIPTS = (CHECK_SCRIPT, NOTIFY_SCRIPT, HOOK_ORDER)
-# A failover pair's sync daemon sends a TCP connection from its second
-# incoming packet, the handshake's last (the kernel's default waits for the
-# third, which a client of a server-speaks-first protocol sends only after
-# the greeting: a VIP moving in that time lost the connection), and re-sends
-# it every 10 packets instead of 50 (with 50, a burst of new connections left
-# a fifth of them unknown to the backup at failover, in the lab).
-PAIR_SYSCTLS = {"net.ipv4.vs.sync_threshold": "2\t10"}
+# A failover pair's sync daemon sends a connection when it becomes
+# established and at each later change of state, and re-sends one that goes
+# on every 10 s (at its next packet).  A packet count cannot say when a TCP
+# connection is established: the kernel's default sends it at its third
+# incoming packet, the first with data, which a client of a server-speaks-
+# first protocol sends only after the greeting (and a SYN sent twice shifts
+# every count by one), so a VIP moving in between lost it.  With a period of
+# 0 and a refresh period, the count is not looked at.
+PAIR_SYSCTLS = {"net.ipv4.vs.sync_threshold": "3\t0",
+                "net.ipv4.vs.sync_refresh_period": "10"}
 # Every balancer: a packet for a connection whose real server was deleted
 # expires that connection and is scheduled afresh, instead of being dropped.
 # Without it a client that reuses a source port of a recently closed
