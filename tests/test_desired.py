@@ -1,12 +1,14 @@
 """From the cluster to one node's desired state."""
 
 from ipaddress import IPv4Address
+from pathlib import Path
 
 import pytest
 
 from helpers import cluster_from
 from lbctl.engine.desired import desired_state, find_node
 from lbctl.errors import NodeError
+from lbctl.layout import Layout
 from lbctl.render.systemd import exec_start_lines
 from lbctl.state import Address, DestSpec, ServiceSpec
 
@@ -119,3 +121,22 @@ def test_a_balancer_keeps_a_copy_of_the_file_and_a_boot_unit_that_applies_it():
     assert state.links == {
         "/etc/systemd/system/multi-user.target.wants/lbctl-pi-web-balancer.service":
             "/etc/systemd/system/lbctl-pi-web-balancer.service"}
+
+
+PAIR_FILE = (Path(__file__).parent / "golden" / "pi-pair.yaml").read_text()
+
+
+@pytest.mark.parametrize("timeouts, refresh", [
+    ("", "10"),
+    ("ipvs: {timeouts: {tcp: 600, udp: 20}}\n", "10"),
+    # A timeout below the period: a new connection would never be sent.
+    ("ipvs: {timeouts: {tcp: 4, udp: 20}}\n", "4"),
+    ("ipvs: {timeouts: {udp: 7}}\n", "7"),
+])
+def test_a_pair_syncs_each_connection_as_it_becomes_established(timeouts, refresh):
+    """No packet count (sync period 0); a refresh period the file's timeouts
+    do not undercut."""
+    cluster = cluster_from(timeouts + PAIR_FILE)
+    state = desired_state(cluster, "lb1", "eth0", layout=Layout(cluster.name))
+    assert state.sysctls["net.ipv4.vs.sync_threshold"] == "3\t0"
+    assert state.sysctls["net.ipv4.vs.sync_refresh_period"] == refresh

@@ -16,14 +16,26 @@ from lbctl.state import (
 KEEPALIVED_SCRIPTS = (CHECK_SCRIPT, NOTIFY_SCRIPT, HOOK_ORDER)
 # A failover pair's sync daemon sends a connection when it becomes
 # established and at each later change of state, and re-sends one that goes
-# on every 10 s (at its next packet).  A packet count cannot say when a TCP
-# connection is established: the kernel's default sends it at its third
-# incoming packet, the first with data, which a client of a server-speaks-
-# first protocol sends only after the greeting (and a SYN sent twice shifts
-# every count by one), so a VIP moving in between lost it.  With a period of
-# 0 and a refresh period, the count is not looked at.
-PAIR_SYSCTLS = {"net.ipv4.vs.sync_threshold": "3\t0",
-                "net.ipv4.vs.sync_refresh_period": "10"}
+# on every 10 s (at its next packet).  The kernel's default counts packets
+# instead, and sends a TCP connection at its third incoming packet: a client
+# that had finished its handshake but not sent yet (a server-speaks-first
+# protocol waits for the greeting) was lost if the VIP moved in between.
+# With a sync period of 0 and a refresh period, the count is not looked at.
+SYNC_REFRESH_SECONDS = 10
+
+
+def pair_sysctls(cluster):
+    """The sync settings of a failover pair's balancers.  The kernel skips a
+    connection whose timer moved less than the refresh period since it was
+    last sent, and measures the first send from the connection's start: with
+    a timeout below the period a new connection would not be sent at all, so
+    the period is never above the file's tcp and udp timeouts."""
+    timeouts = [cluster.ipvs_timeouts[name] for name in ("tcp", "udp")
+                if name in cluster.ipvs_timeouts]
+    return {"net.ipv4.vs.sync_threshold": "3\t0",
+            "net.ipv4.vs.sync_refresh_period": str(min([SYNC_REFRESH_SECONDS, *timeouts]))}
+
+
 # Every balancer: a packet for a connection whose real server was deleted
 # expires that connection and is scheduled afresh, instead of being dropped.
 # Without it a client that reuses a source port of a recently closed
@@ -181,7 +193,10 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
                           if spec.in_use(key.service.protocol)}
     state.drained = set(drained)
     state.sysctls = dict(BALANCER_SYSCTLS)
-    state.sysctls.update({Mode.FAILOVER: PAIR_SYSCTLS, Mode.ECMP: ECMP_SYSCTLS}.get(cluster.mode, {}))
+    if cluster.mode == Mode.FAILOVER:
+        state.sysctls.update(pair_sysctls(cluster))
+    elif cluster.mode == Mode.ECMP:
+        state.sysctls.update(ECMP_SYSCTLS)
     state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout,
                                                                state.draining, state.drained))
     _saved_copy(state, cluster, boot)
