@@ -10,7 +10,6 @@ far more; loads that measure a gap use 0.5 s, so a lost request shows.
 import hashlib
 import os
 import random
-import re
 import signal
 import stat
 import subprocess
@@ -24,7 +23,7 @@ import ipvs_table
 from clusters import DNS_VIP, PAIR, WEB_VIP, edited, pair_edited
 from conftest import measured as report
 from lbctl.errors import LabError
-from lbctl.lab.traffic import summarize
+from lbctl.lab.traffic import failed_client_port, summarize
 
 WEB_HEALTH = PAIR["services"]["web"]["health"]
 DETECTION = 1.0 + 0.5  # interval + timeout of the web check in PAIR
@@ -330,9 +329,9 @@ def failed_requests(lab, failed, moves):
     for start, end, _ok, body in failed:
         when = ", ".join(f"{start - at:+.2f}s from {move}" for move, at in moves.items())
         lines.append(f"{body} ({end - start:.1f}s; {when})")
-        port = re.search(r"from port (\d+)", body)
+        port = failed_client_port(body)
         for node in ("lb1", "lb2") if port else ():
-            lines.append(f"  {node}: {connection_rows(lab, node, int(port[1]))}")
+            lines.append(f"  {node}: {connection_rows(lab, node, port)}")
     return "\n".join(lines)
 
 
@@ -403,10 +402,15 @@ except OSError as exc:
 """
 
 
+def chain_packets(lab, node, table, chain):
+    """The packets counted by the one counter of a node's nftables chain."""
+    out = lab.sh(node, ["nft", "list", "chain", "ip", table, chain]).stdout
+    return int(out.split("counter packets ")[1].split()[0])
+
+
 def grace_held(lab, node):
     """Packets the takeover grace dropped since the node's last VRRP state change."""
-    out = lab.sh(node, ["nft", "list", "chain", "ip", "lbctl-lab", "takeover"]).stdout
-    return int(out.split("counter packets ")[1].split()[0])
+    return chain_packets(lab, node, "lbctl-lab", "takeover")
 
 
 def master_since(lab, node):
@@ -439,8 +443,9 @@ def unused_client_port(lab):
 # On the client: the worker's SYN-ACKs to one client port are lost until the
 # client has sent its SYN twice (the rule counts them), so the balancer sees
 # a handshake of three packets.
+SYN_ACK_TABLE = "lbctl-test-synack"
 SYN_ACK_LOST = """
-table ip lbctl-test-synack {{
+table ip {table} {{
     chain in {{
         type filter hook input priority 0; policy accept;
         tcp dport {port} tcp flags & (syn | ack) == syn | ack drop
@@ -454,8 +459,7 @@ table ip lbctl-test-synack {{
 
 
 def syns_sent(lab):
-    out = lab.sh("client", ["nft", "list", "chain", "ip", "lbctl-test-synack", "out"]).stdout
-    return int(out.split("counter packets ")[1].split()[0])
+    return chain_packets(lab, "client", SYN_ACK_TABLE, "out")
 
 
 def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False):
@@ -479,14 +483,14 @@ def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False):
         lab.block_sync("lb2")
     port = unused_client_port(lab)
     if syn_resent:
-        lab.sh("client", ["nft", "-f", "-"], input=SYN_ACK_LOST.format(port=port))
+        lab.sh("client", ["nft", "-f", "-"], input=SYN_ACK_LOST.format(table=SYN_ACK_TABLE, port=port))
     client = subprocess.Popen(["ip", "netns", "exec", lab.nodes["client"].netns, sys.executable,
                                "-c", OPEN_CONNECTION, WEB_VIP, str(port)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         if syn_resent:
             lab.wait_for(lambda: syns_sent(lab) >= 2, timeout=10, what="the client's second SYN")
-            lab.sh("client", ["nft", "delete", "table", "ip", "lbctl-test-synack"])
+            lab.sh("client", ["nft", "delete", "table", "ip", SYN_ACK_TABLE])
         opened, port = client.stdout.readline().split()
         assert opened == "open"
         port = int(port)
@@ -512,7 +516,7 @@ def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False):
         return printed, grace_held(lab, "lb2"), known
     finally:
         client.kill()
-        lab.sh("client", ["nft", "delete", "table", "ip", "lbctl-test-synack"], check=False)
+        lab.sh("client", ["nft", "delete", "table", "ip", SYN_ACK_TABLE], check=False)
         for node in ("lb1", "lb2"):
             lab.block_vrrp(node, blocked=False)
         lab.block_sync("lb2", blocked=False)

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from lbctl.lab.traffic import failed_client_port
+
 
 class SlowHandler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
@@ -68,5 +70,4 @@ def test_a_request_that_times_out_names_its_step_and_port(server):
     assert not ok
     assert body.startswith("error: request from port "), body
     assert body.endswith(": TimeoutError: timed out"), body
-    port = int(body.split()[4].rstrip(":"))
-    assert 1024 <= port <= 65535
+    assert 1024 <= failed_client_port(body) <= 65535

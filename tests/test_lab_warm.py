@@ -209,6 +209,17 @@ def test_a_relay_that_ends_takes_its_command_with_it(node, how):
     assert warm.run(["--version"], timeout=60).returncode == 0  # the server goes on
 
 
+def set_module_trap(folder):
+    """A yaml.py in `folder` that ends any Python importing it."""
+    (folder / "yaml.py").write_text("raise SystemExit('the folder yaml.py was imported')\n")
+
+
+def assert_trap_not_imported(done):
+    """`lbctl validate -` with an empty stdin: lbctl's own file error, not the trap's."""
+    assert "the folder yaml.py" not in done.stderr, done.stderr
+    assert done.returncode == 1 and "<stdin>" in done.stderr, done
+
+
 def test_a_relay_with_no_server_starts_lbctl_itself(node, tmp_path):
     """As the installed lbctl: nothing imported from the folder it runs in."""
     name, warm = node
@@ -216,10 +227,8 @@ def test_a_relay_with_no_server_starts_lbctl_itself(node, tmp_path):
     warm.stop()
     done = relayed(name, warm, "--version")
     assert (done.returncode, done.stdout) == (0, f"lbctl {lbctl.__version__}\n"), done
-    (tmp_path / "yaml.py").write_text("raise SystemExit('the folder yaml.py was imported')\n")
-    done = relayed(name, warm, "validate", "-", cwd=tmp_path)
-    assert "the folder yaml.py" not in done.stderr, done.stderr
-    assert done.returncode == 1 and "<stdin>" in done.stderr, done
+    set_module_trap(tmp_path)
+    assert_trap_not_imported(relayed(name, warm, "validate", "-", cwd=tmp_path))
 
 
 def test_a_relay_refuses_a_server_in_another_namespace(node):
@@ -346,8 +355,6 @@ def test_the_server_imports_nothing_from_the_folder_it_was_started_in(node, tmp_
     """A module-named file in the lab's working directory (a test's yaml.py)
     is not what lbctl imports: an installed lbctl would not see it either."""
     name, warm = node
-    (tmp_path / "yaml.py").write_text("raise SystemExit('the folder yaml.py was imported')\n")
+    set_module_trap(tmp_path)
     monkeypatch.chdir(tmp_path)
-    done = warm.run(["validate", "-"], timeout=60)  # stdin is empty: a file error, not ours
-    assert "the folder yaml.py" not in done.stderr, done.stderr
-    assert done.returncode == 1 and "<stdin>" in done.stderr, done
+    assert_trap_not_imported(warm.run(["validate", "-"], timeout=60))

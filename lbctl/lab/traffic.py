@@ -16,14 +16,18 @@ import sys
 import time
 
 
+REQUEST_STEP = "request from port "
+
+
 def _get(address, port, path, timeout):
     """One HTTP/1.0 request on a new connection: (ok, the body, or what went wrong).
     A failure names its step (connect, or the request on a connection from
-    its client port), so a test can look the connection up in IPVS tables."""
+    its client port), so a test can look the connection up in IPVS tables
+    (failed_client_port)."""
     step = "connect"
     try:
         with socket.create_connection((address, port), timeout=timeout) as sock:
-            step = f"request from port {sock.getsockname()[1]}"
+            step = f"{REQUEST_STEP}{sock.getsockname()[1]}"
             sock.settimeout(timeout)
             sock.sendall(_request(address, path))
             data = b""
@@ -33,6 +37,12 @@ def _get(address, port, path, timeout):
         # What the client saw, for a test that finds a failed request to say why.
         return False, f"error: {step}: {type(exc).__name__}: {exc}"
     return _answer(data)
+
+
+def failed_client_port(body):
+    """The client port a failed request's body names, or None (it failed to connect)."""
+    _, found, rest = body.partition(REQUEST_STEP)
+    return int(rest.split(":", 1)[0]) if found else None
 
 
 def _request(address, path):
