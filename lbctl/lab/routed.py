@@ -16,7 +16,7 @@ from ipaddress import IPv4Network
 from lbctl.adapters.programs import BIRD, BIRDC
 from lbctl.errors import LabError
 from lbctl.lab.topology import Lab
-from lbctl.lab.shell import run
+from lbctl.lab.shell import ip_batch, netns_exists, run
 
 CLIENT_NETWORK = IPv4Network("10.99.0.0/24")
 ROUTER_ON_CLIENTS = "10.99.0.1"
@@ -40,30 +40,36 @@ class RoutedLab(Lab):
             self._wire_client()
             return
         super().wire(name)
-        router = str(self.cluster.bgp.router)
         if name == "router":
-            for key, value in (("net.ipv4.ip_forward", "1"),
-                               # The flow's ports in the hash, not only its addresses:
-                               # one client's connections spread over the balancers.
-                               ("net.ipv4.fib_multipath_hash_policy", "1")):
-                self.sh(name, ["sysctl", "-q", "-w", f"{key}={value}"])
             self._start_router_bird()
-        else:
-            self.sh(name, ["ip", "route", "replace", str(CLIENT_NETWORK), "via", router])
+
+    def _wired_sysctls(self, name):
+        wanted = super()._wired_sysctls(name)
+        if name == "router":
+            wanted["net.ipv4.ip_forward"] = "1"
+            # The flow's ports in the hash, not only its addresses: one
+            # client's connections spread over the balancers.
+            wanted["net.ipv4.fib_multipath_hash_policy"] = "1"
+        return wanted
+
+    def _wired_routes(self, name):
+        if name == "router":
+            return []
+        return [["route", "replace", str(CLIENT_NETWORK), "via", str(self.cluster.bgp.router)]]
 
     def _wire_client(self):
         client, router = self.nodes["client"], self.nodes["router"]
-        run(["ip", "netns", "del", client.netns], check=False)
-        run(["ip", "netns", "add", client.netns])
-        run(["ip", "link", "add", "eth0", "netns", client.netns, "type", "veth",
-             "peer", "name", "eth1", "netns", router.netns])
+        if netns_exists(client.netns):
+            run(["ip", "netns", "del", client.netns], check=False)
+        ip_batch([["netns", "add", client.netns],
+                  ["link", "add", "eth0", "netns", client.netns, "type", "veth",
+                   "peer", "name", "eth1", "netns", router.netns]])
         prefix = CLIENT_NETWORK.prefixlen
-        self.sh("router", ["ip", "address", "add", f"{ROUTER_ON_CLIENTS}/{prefix}", "dev", "eth1"])
-        self.sh("router", ["ip", "link", "set", "eth1", "up"])
-        self.sh("client", ["ip", "address", "add", f"{CLIENT}/{prefix}", "dev", "eth0"])
-        for ifname in ("eth0", "lo"):
-            self.sh("client", ["ip", "link", "set", ifname, "up"])
-        self.sh("client", ["ip", "route", "add", "default", "via", ROUTER_ON_CLIENTS])
+        ip_batch([["address", "add", f"{ROUTER_ON_CLIENTS}/{prefix}", "dev", "eth1"],
+                  ["link", "set", "eth1", "up"]], netns=router.netns)
+        ip_batch([["address", "add", f"{CLIENT}/{prefix}", "dev", "eth0"],
+                  ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"],
+                  ["route", "add", "default", "via", ROUTER_ON_CLIENTS]], netns=client.netns)
 
     # -- the router's BIRD ---------------------------------------------------
     def _router_path(self, name):

@@ -1,5 +1,6 @@
 """Running the lab's helper programs, with failures as LabError."""
 
+import os
 import subprocess
 
 from lbctl.errors import LabError
@@ -19,3 +20,45 @@ def run(argv, check=True, timeout=DEFAULT_TIMEOUT, **kw):
     if check and done.returncode != 0:
         raise LabError(f"{' '.join(argv)}: {(done.stderr or done.stdout).strip()}")
     return done
+
+
+def ip_batch(commands, netns=None, check=True, keep_going=False):
+    """Several `ip` commands (each as its words after "ip") in one process,
+    inside `netns` if given; it stops at the first that fails unless
+    `keep_going`.  In the emulated lab a process start costs more than what
+    most of these commands do."""
+    argv = ["ip", *(["-n", netns] if netns else []), *(["-force"] if keep_going else []),
+            "-batch", "-"]
+    return run(argv, check=check, input="".join(f"{' '.join(c)}\n" for c in commands))
+
+
+NETNS_DIR = "/run/netns"  # where `ip netns add` names a namespace
+
+
+def netns_exists(netns):
+    return os.path.exists(os.path.join(NETNS_DIR, netns))
+
+
+def pids_in(netns_names):
+    """The pids of the processes in any of these named namespaces, as `ip
+    netns pids` finds them: by the namespace's inode, read from /proc."""
+    wanted = set()
+    for name in netns_names:
+        try:
+            found = os.stat(os.path.join(NETNS_DIR, name))
+        except OSError:
+            continue
+        wanted.add((found.st_dev, found.st_ino))
+    pids = []
+    if not wanted:
+        return pids
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            found = os.stat(f"/proc/{entry}/ns/net")
+        except OSError:
+            continue  # ended, or a kernel thread's
+        if (found.st_dev, found.st_ino) in wanted:
+            pids.append(int(entry))
+    return pids

@@ -21,7 +21,7 @@ from lbctl.config import load_cluster
 from lbctl.errors import LabError
 from lbctl.lab.faults import Faults
 from lbctl.lab.observe import Observations
-from lbctl.lab.shell import DEFAULT_TIMEOUT, run
+from lbctl.lab.shell import DEFAULT_TIMEOUT, ip_batch, netns_exists, pids_in, run
 from lbctl.lab.warm import WarmLbctl
 from lbctl.layout import Layout
 
@@ -86,9 +86,9 @@ class Lab(Faults, Observations):
         only those of the workers named; nodes that boot their own
         (systemd.py) are left out."""
         self.teardown(quiet=True)
-        run(["ip", "netns", "add", self.lan])
-        run(["ip", "-n", self.lan, "link", "add", "br0", "type", "bridge"])
-        run(["ip", "-n", self.lan, "link", "set", "br0", "up"])
+        ip_batch([["netns", "add", self.lan]])
+        ip_batch([["link", "add", "br0", "type", "bridge"], ["link", "set", "br0", "up"]],
+                 netns=self.lan)
         for node in self.nodes.values():
             self.wire(node.name)
             if node.role == "worker" and (servers is True or
@@ -98,25 +98,34 @@ class Lab(Faults, Observations):
 
     def wire(self, name):
         """A fresh namespace for the node, its eth0 on the LAN: what a node's kernel
-        holds after a power cycle.  An earlier namespace of the node is deleted."""
+        holds after a power cycle.  An earlier namespace of the node is deleted.
+        One `ip` for each namespace's part: a process start is what costs."""
         node = self.nodes[name]
         peer = f"p{list(self.nodes).index(name)}"
-        # The old pair goes even if a process still holds the old namespace.
-        run(["ip", "-n", self.lan, "link", "del", peer], check=False)
-        run(["ip", "netns", "del", node.netns], check=False)
-        run(["ip", "netns", "add", node.netns])
-        run(["ip", "link", "add", "eth0", "netns", node.netns, "type", "veth",
-             "peer", "name", peer, "netns", self.lan])
-        run(["ip", "-n", self.lan, "link", "set", peer, "master", "br0", "up"])
-        run(["ip", "-n", node.netns, "address", "add", f"{node.address}/{self.prefixlen}",
-             "dev", "eth0"])
-        run(["ip", "-n", node.netns, "link", "set", "eth0", "up"])
-        run(["ip", "-n", node.netns, "link", "set", "lo", "up"])
-        # A fresh namespace starts from the kernel defaults for ARP; make
-        # the lab start from them even where the host set conf/all.
-        for key in ("arp_ignore", "arp_announce"):
-            for scope in ("all", "eth0"):
-                self.sh(node.name, ["sysctl", "-q", "-w", f"net.ipv4.conf.{scope}.{key}=0"])
+        if netns_exists(node.netns):
+            # The old pair goes even if a process still holds the old namespace.
+            run(["ip", "-n", self.lan, "link", "del", peer], check=False)
+            run(["ip", "netns", "del", node.netns], check=False)
+        ip_batch([["netns", "add", node.netns],
+                  ["link", "add", "eth0", "netns", node.netns, "type", "veth",
+                   "peer", "name", peer, "netns", self.lan]])
+        ip_batch([["link", "set", peer, "master", "br0", "up"]], netns=self.lan)
+        ip_batch([["address", "add", f"{node.address}/{self.prefixlen}", "dev", "eth0"],
+                  ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"],
+                  *self._wired_routes(name)], netns=node.netns)
+        self.sh(name, ["sysctl", "-q", "-w",
+                       *(f"{key}={value}" for key, value in self._wired_sysctls(name).items())])
+
+    def _wired_sysctls(self, name):
+        """{key: value} a node's kernel gets as it is wired.  A fresh namespace
+        starts from the kernel defaults for ARP; make the lab start from them
+        even where the host set conf/all."""
+        return {f"net.ipv4.conf.{scope}.{key}": "0"
+                for key in ("arp_ignore", "arp_announce") for scope in ("all", "eth0")}
+
+    def _wired_routes(self, name):
+        """`ip route` commands a node gets as it is wired, past its LAN's."""
+        return []
 
     def _start_servers(self, node):
         docroot = os.path.join(self.workdir, f"{node.name}-www")
@@ -321,14 +330,15 @@ class Lab(Faults, Observations):
                 except subprocess.TimeoutExpired:
                     proc.kill()
             node.processes.clear()
-        for netns in [n.netns for n in self.nodes.values()] + [self.lan]:
-            pids = run(["ip", "netns", "pids", netns], check=False).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), 9)
-                except (ProcessLookupError, ValueError):
-                    pass
-            run(["ip", "netns", "del", netns], check=False)
+        held = [netns for netns in [n.netns for n in self.nodes.values()] + [self.lan]
+                if netns_exists(netns)]
+        for pid in pids_in(held):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if held:
+            ip_batch([["netns", "del", netns] for netns in held], check=False, keep_going=True)
         if not quiet:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
