@@ -8,13 +8,36 @@ from dataclasses import dataclass, field
 from ipaddress import IPv4Address
 
 FWD_DIRECT_ROUTING = 3  # IP_VS_CONN_F_DROUTE: rewrite the MAC only
-# The daemons lbctl runs, by name, in the order they start; they stop in the
+
+
+@dataclass(frozen=True)
+class DaemonEntry:
+    """A daemon lbctl may run on a balancer.  Its entry in DAEMONS is the one
+    registration a new daemon needs: the plan's change kind, its stop's note
+    and the adapter the executor drives come from it."""
+
+    name: str
+    # "module:Class" of its adapter (a Daemon), imported only by a command
+    # that changes a node; the class's for_balancer() makes it.
+    adapter: str
+    stops: str  # what stopping it takes away, as the plan says it
+
+
+# The daemons lbctl runs, in the order they start; they stop in the
 # reverse.  BIRD offers the router only what keepalived's checks vouch for:
 # it starts once keepalived runs, and closes its session before keepalived
 # (and the IPVS table) goes.
 # The exporter reads what both leave behind, so it comes last.
 KEEPALIVED, BIRD, EXPORTER = "keepalived", "bird", "exporter"
-DAEMON_ORDER = (KEEPALIVED, BIRD, EXPORTER)
+DAEMONS = (
+    DaemonEntry(KEEPALIVED, "lbctl.adapters.keepalived:KeepalivedDaemon",
+                "its VIPs and services go with it"),
+    DaemonEntry(BIRD, "lbctl.adapters.bird:BirdDaemon",
+                "the router withdraws this balancer's routes"),
+    DaemonEntry(EXPORTER, "lbctl.adapters.exporter:ExporterDaemon",
+                "and with it this balancer's metrics"),
+)
+DAEMON_ORDER = tuple(entry.name for entry in DAEMONS)
 
 
 @dataclass(frozen=True, order=True)

@@ -147,6 +147,10 @@ class FakeDaemon:
         self.rejects = list(rejects)
         self.calls = []
 
+    @classmethod
+    def for_balancer(cls, layout, systemd, mode):
+        return cls()
+
     def running(self):
         return self.is_running
 

@@ -18,6 +18,7 @@ from lbctl.adapters.exporter import ExporterDaemon
 from lbctl.adapters.keepalived import KeepalivedDaemon
 from lbctl.adapters.protocols import Addresses, Daemon, Files, Ipvs, Sysctls
 from lbctl.adapters.sysctl import SysctlProc
+from lbctl.config.model import Mode
 from lbctl.errors import ApplyError
 from lbctl.state import FileSpec
 
@@ -29,7 +30,7 @@ PAIRS = [(Ipvs, IpvsNetlink, FakeIpvs), (Addresses, AddressIp, FakeAddresses),
 
 def _methods(protocol):
     return [name for name, value in vars(protocol).items()
-            if callable(value) and not name.startswith("_")]
+            if (callable(value) or isinstance(value, classmethod)) and not name.startswith("_")]
 
 
 @pytest.mark.parametrize("protocol,real,fake", PAIRS, ids=lambda p: getattr(p, "__name__", p))
@@ -45,6 +46,28 @@ def test_real_and_fake_implement_the_protocol(protocol, real, fake):
         expected = list(inspect.signature(getattr(protocol, name)).parameters)
         assert list(inspect.signature(getattr(real, name)).parameters) == expected, name
         assert list(inspect.signature(getattr(fake, name)).parameters) == expected, name
+
+
+@pytest.mark.parametrize("mode", [*Mode, None], ids=lambda m: str(m or "apply --remove"))
+@pytest.mark.parametrize("systemd_runs", [True, False], ids=["systemd", "no systemd"])
+def test_a_balancer_gets_each_registered_daemons_adapter(mode, systemd_runs):
+    from types import SimpleNamespace
+
+    from lbctl.adapters.daemons import balancer_daemons
+    from lbctl.layout import Layout
+    from lbctl.state import DAEMON_ORDER, EXPORTER, KEEPALIVED
+
+    cluster = SimpleNamespace(mode=mode or Mode.SINGLE)
+    systemd = SimpleNamespace(runs=systemd_runs)
+    daemons = balancer_daemons(cluster, Layout("web"), systemd, remove=mode is None)
+    # Every daemon, in the order they start; the exporter only where systemd runs it.
+    assert list(daemons) == [n for n in DAEMON_ORDER if systemd_runs or n != EXPORTER]
+    for name, daemon in daemons.items():
+        assert daemon.name == name and isinstance(daemon, Daemon)
+        assert daemon.systemd is systemd
+    keepalived = daemons[KEEPALIVED]
+    assert (keepalived.takeover, keepalived.announce) == (mode == Mode.FAILOVER,
+                                                          mode == Mode.ECMP)
 
 
 def test_files_root_writes_atomically_with_the_requested_mode(tmp_path):

@@ -37,6 +37,10 @@ class BirdDaemon:
         self.systemd = systemd or Systemd(layout.root)
         self.process = DaemonProcess(layout, "bird", layout.bird_conf)
 
+    @classmethod
+    def for_balancer(cls, layout, systemd, mode):
+        return cls(layout, systemd)
+
     def running(self):
         return self.process.running(self.systemd, self.layout.bird_unit)
 

@@ -1,22 +1,21 @@
-"""The daemons lbctl may run on a balancer, one adapter each: the one place a
-new daemon is registered (its name goes in state.DAEMON_ORDER too)."""
+"""The daemons lbctl may run on a balancer, one adapter each, made from
+their registrations in state.DAEMONS."""
 
-from lbctl.config.model import Mode
-from lbctl.state import BIRD, EXPORTER, KEEPALIVED
+from importlib import import_module
+
+from lbctl.state import DAEMONS
 
 
 def balancer_daemons(cluster, layout, systemd, remove=False):
     """{name: Daemon} for a balancer of `cluster`: every daemon, wanted or not,
     so that one the file no longer wants (or `apply --remove`) is stopped.
-    The exporter only where systemd runs the node: nothing else runs it."""
-    from lbctl.adapters.bird import BirdDaemon
-    from lbctl.adapters.exporter import ExporterDaemon
-    from lbctl.adapters.keepalived import KeepalivedDaemon
-
+    An adapter's for_balancer() may decline (the exporter where systemd does
+    not run the node: nothing else runs it)."""
     mode = None if remove else cluster.mode
-    daemons = {KEEPALIVED: KeepalivedDaemon(layout, systemd, takeover=mode == Mode.FAILOVER,
-                                            announce=mode == Mode.ECMP),
-               BIRD: BirdDaemon(layout, systemd)}
-    if systemd.runs:
-        daemons[EXPORTER] = ExporterDaemon(layout, systemd)
+    daemons = {}
+    for entry in DAEMONS:
+        module, _, name = entry.adapter.partition(":")
+        adapter = getattr(import_module(module), name).for_balancer(layout, systemd, mode)
+        if adapter is not None:
+            daemons[entry.name] = adapter
     return daemons

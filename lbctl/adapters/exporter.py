@@ -1,6 +1,6 @@
 """This cluster's exporter (`exporter:` in the file): a unit only systemd
 runs.  Where systemd does not run the node, lbctl writes the unit and runs
-nothing (adapters/daemons.py registers this adapter only where it does)."""
+nothing: for_balancer() declines there."""
 
 from lbctl.adapters.systemd import Systemd
 
@@ -11,6 +11,10 @@ class ExporterDaemon:
     def __init__(self, layout, systemd=None):
         self.layout = layout
         self.systemd = systemd or Systemd(layout.root)
+
+    @classmethod
+    def for_balancer(cls, layout, systemd, mode):
+        return cls(layout, systemd) if systemd.runs else None
 
     def running(self):
         # None: systemctl could not ask systemd, which happens to a reader that

@@ -46,6 +46,13 @@ class KeepalivedDaemon:
         self.systemd = systemd or Systemd(layout.root)
         self.process = DaemonProcess(layout, "keepalived", layout.conf)
 
+    @classmethod
+    def for_balancer(cls, layout, systemd, mode):
+        """The adapter a balancer in `mode` (None: lbctl leaves it) uses."""
+        from lbctl.config.model import Mode
+
+        return cls(layout, systemd, takeover=mode == Mode.FAILOVER, announce=mode == Mode.ECMP)
+
     # -- queries ---------------------------------------------------------------
     def running(self):
         return self.process.running(self.systemd, self.layout.unit)

@@ -130,10 +130,16 @@ class Files(Protocol):
 
 @runtime_checkable
 class Daemon(Protocol):
-    """A daemon lbctl runs on a balancer (keepalived, BIRD), one adapter each.
-    The plan starts, reloads and stops them one by one (plan.DAEMON_ORDER)."""
+    """A daemon lbctl runs on a balancer (keepalived, BIRD, the exporter), one
+    adapter each, registered in state.DAEMONS.  The plan starts, reloads and
+    stops them one by one, in that order."""
 
     name: str
+
+    # The adapter a balancer uses while its cluster is in `mode` (None: apply
+    # --remove); None where this daemon cannot run on the node.
+    @classmethod
+    def for_balancer(cls, layout, systemd, mode) -> "Daemon | None": ...
 
     def running(self) -> bool: ...
 

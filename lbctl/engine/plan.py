@@ -9,30 +9,28 @@ objects the file declares, or lbctl created earlier, are ever touched.
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from lbctl.state import DAEMON_ORDER, Ownership
+from lbctl.state import DAEMON_ORDER, DAEMONS, Ownership
 
 ADD, CHANGE, DRAIN, DRAINING, REMOVE = "add", "change", "drain", "draining", "remove"
 SYMBOLS = {ADD: "+", CHANGE: "~", DRAIN: "-", DRAINING: "~", REMOVE: "-"}
 IPVS, KEEPALIVED = "ipvs", "keepalived"
 
 
-class Kind(StrEnum):
-    """What a Change acts on; its value is how plans print it.  Each kind has
-    one handler in execute.py."""
-
-    ADDRESS = "address"
-    SERVICE = "service"
-    REAL_SERVER = "real server"
-    SYSCTL = "sysctl"
-    IPVS_TIMEOUT = "ipvs timeout"
-    SYNC_DAEMON = "sync daemon"
-    FILE = "file"
-    LINK = "link"
-    SYSTEMD = "systemd"  # systemd told of changed units
-    # The daemons (state.DAEMON_ORDER): start, reload or stop.
-    KEEPALIVED = "keepalived"
-    BIRD = "bird"
-    EXPORTER = "exporter"
+# What a Change acts on; its value is how plans print it.  Each kind has one
+# handler in execute.py.  The daemons' kinds (start, reload or stop) are
+# their names in state.DAEMONS.
+Kind = StrEnum("Kind", [
+    ("ADDRESS", "address"),
+    ("SERVICE", "service"),
+    ("REAL_SERVER", "real server"),
+    ("SYSCTL", "sysctl"),
+    ("IPVS_TIMEOUT", "ipvs timeout"),
+    ("SYNC_DAEMON", "sync daemon"),
+    ("FILE", "file"),
+    ("LINK", "link"),
+    ("SYSTEMD", "systemd"),  # systemd told of changed units
+    *((entry.name.upper(), entry.name) for entry in DAEMONS),
+], module=__name__)
 
 
 IPVS_KINDS = (Kind.SERVICE, Kind.REAL_SERVER)
@@ -279,9 +277,7 @@ def _seconds_or_unset(value):
     return "unknown" if value is None else f"{value}s"
 
 
-STOP_NOTES = {Kind.KEEPALIVED: " (its VIPs and services go with it)",
-              Kind.BIRD: " (the router withdraws this balancer's routes)",
-              Kind.EXPORTER: " (and with it this balancer's metrics)"}
+STOP_NOTES = {Kind(entry.name): f" ({entry.stops})" for entry in DAEMONS}
 
 
 def _daemon_stops(desired, observed):
