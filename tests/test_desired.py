@@ -140,3 +140,13 @@ def test_a_pair_syncs_each_connection_as_it_becomes_established(timeouts, refres
     state = desired_state(cluster, "lb1", "eth0", layout=Layout(cluster.name))
     assert state.sysctls["net.ipv4.vs.sync_threshold"] == "3\t0"
     assert state.sysctls["net.ipv4.vs.sync_refresh_period"] == refresh
+
+
+def test_the_refresh_period_is_set_before_the_threshold_that_hands_over_to_it():
+    """"3 0" with no refresh period yet would send a connection only at its
+    third packet, the kernel's default that lost a handshake-only client."""
+    cluster = cluster_from(PAIR_FILE)
+    state = desired_state(cluster, "lb1", "eth0", layout=Layout(cluster.name))
+    keys = list(state.sysctls)
+    assert keys.index("net.ipv4.vs.sync_refresh_period") < \
+        keys.index("net.ipv4.vs.sync_threshold")

@@ -32,8 +32,10 @@ def pair_sysctls(cluster):
     the period is never above the file's tcp and udp timeouts."""
     timeouts = [cluster.ipvs_timeouts[name] for name in ("tcp", "udp")
                 if name in cluster.ipvs_timeouts]
-    return {"net.ipv4.vs.sync_threshold": "3\t0",
-            "net.ipv4.vs.sync_refresh_period": str(min([SYNC_REFRESH_SECONDS, *timeouts]))}
+    # The period first: with the threshold's period of 0 and no refresh
+    # period yet, the kernel would send a connection only at its third packet.
+    return {"net.ipv4.vs.sync_refresh_period": str(min([SYNC_REFRESH_SECONDS, *timeouts])),
+            "net.ipv4.vs.sync_threshold": "3\t0"}
 
 
 # Every balancer: a packet for a connection whose real server was deleted
