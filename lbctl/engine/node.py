@@ -7,7 +7,7 @@ reported fast and without touching the kernel.
 import os
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
@@ -34,6 +34,9 @@ class NodeContext:
     plan: object
     drains: dict  # {worker: Drain} on a balancer: what `lbctl drain` took out
     drain_problem: str | None = None  # the drain record could not be read
+    # What other clusters on this balancer share with this one and want
+    # otherwise (engine/neighbours.py): plan and apply show them.
+    warnings: list = field(default_factory=list)
 
 
 def connected_networks(address_list, ifname):
@@ -121,8 +124,13 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
                      shared_sysctls=shared)
     if root == "/" and not remove:
         _reload_stale_units(plan, systemd)
+    warnings = []
+    if is_balancer and not remove:
+        from lbctl.engine.neighbours import clusters_here, shared_kernel_warnings
+
+        warnings = shared_kernel_warnings(cluster, clusters_here(cluster, root))
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan, drains,
-                       drain_problem)
+                       drain_problem, warnings)
 
 
 def _boot_apply(cluster, root):

@@ -16,17 +16,18 @@ def _real(root, name):
     return layout.real(layout.saved_copy)
 
 
-def saved_clusters(root, strict=True):
-    """The clusters applied here that have a saved copy, loaded from it.
-    `strict` False (status, the exporter): a copy that no longer loads is
-    left out rather than stopping a report on the rest."""
+def saved_clusters(root, strict=True, leave_out=None):
+    """The clusters applied here that have a saved copy, loaded from it (but
+    the one named `leave_out`).  `strict` False (status, the exporter,
+    apply's look at its neighbours): a copy that no longer loads is left out
+    rather than stopping a report on the rest."""
     from lbctl.config import load_cluster
     from lbctl.errors import LbctlError
     from lbctl.records.ownership import applied_here
 
     found = []
     for name, _node in applied_here(root, OWNERSHIP_DIR):
-        if os.path.exists(_real(root, name)):
+        if name != leave_out and os.path.exists(_real(root, name)):
             try:
                 found.append(load_cluster(_real(root, name)))
             except LbctlError:

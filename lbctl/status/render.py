@@ -87,9 +87,11 @@ def _keepalived(states, now):
 
 
 def describe_drains(ctx, now):
-    """Lines for plan and apply: who is drained, where, since when."""
-    problem = [f"WARNING: {ctx.drain_problem}"] if ctx.drain_problem else []
-    return problem + [drain_line(d.worker, d.describe(), d.since, now)
+    """Lines for plan and apply: what to know of this node (the drain record
+    unreadable, another cluster here wanting the kernel's settings
+    otherwise), then who is drained, where, since when."""
+    problems = [ctx.drain_problem] * bool(ctx.drain_problem) + list(ctx.warnings)
+    return [f"WARNING: {p}" for p in problems] + [drain_line(d.worker, d.describe(), d.since, now)
                       for d in sorted(ctx.drains.values(), key=lambda d: d.worker)]
 
 
