@@ -25,6 +25,7 @@ from clusters import write_cluster
 from conftest import MEASUREMENTS
 from lbctl.config import load_cluster
 from lbctl.lab.routed import RoutedLab
+from lbctl.lab.shell import pids_in
 from lbctl.layout import ETC_DIR
 from test_cluster_ssh import fleet, order_of  # noqa: F401  (fleet: sshd in this lab)
 
@@ -121,9 +122,8 @@ def served_by(lab, vip, count=12):
 
 def daemons(lab, node):
     """The names of keepalived and BIRD processes running in a node's namespace."""
-    pids = lab.sh(node, ["ip", "netns", "pids", lab.nodes[node].netns], check=False)
     found = set()
-    for pid in pids.stdout.split():
+    for pid in pids_in([lab.nodes[node].netns]):
         try:
             with open(f"/proc/{pid}/comm") as fh:
                 name = fh.read().strip()

@@ -35,8 +35,13 @@ def ip_batch(commands, netns=None, check=True, keep_going=False):
 NETNS_DIR = "/run/netns"  # where `ip netns add` names a namespace
 
 
+def netns_path(netns):
+    """The file that names a namespace `ip netns add` made."""
+    return os.path.join(NETNS_DIR, netns)
+
+
 def netns_exists(netns):
-    return os.path.exists(os.path.join(NETNS_DIR, netns))
+    return os.path.exists(netns_path(netns))
 
 
 def pids_in(netns_names):
@@ -45,7 +50,7 @@ def pids_in(netns_names):
     wanted = set()
     for name in netns_names:
         try:
-            found = os.stat(os.path.join(NETNS_DIR, name))
+            found = os.stat(netns_path(name))
         except OSError:
             continue
         wanted.add((found.st_dev, found.st_ino))

@@ -15,7 +15,7 @@ import time
 import uuid
 
 from lbctl.errors import LabError
-from lbctl.lab.shell import run
+from lbctl.lab.shell import netns_path, run
 
 NSPAWN = "/usr/bin/systemd-nspawn"
 CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -133,7 +133,7 @@ class BootedNodes:
             NSPAWN, "--quiet", "--boot", "--register=no", "--keep-unit", "--link-journal=no",
              "--private-users=no", f"--uuid={self._machine_id(name)}",
              f"--machine={name}", f"--directory={self._dirs(name)['root']}",
-             f"--network-namespace-path=/run/netns/{node.netns}",
+             f"--network-namespace-path={netns_path(node.netns)}",
              # The node's own namespace is its network: it may configure it; and
              # its units' `modprobe ip_vs` runs as on a Pi (the VM loaded it already).
              "--capability=CAP_NET_ADMIN,CAP_SYS_MODULE",
@@ -281,7 +281,7 @@ class BootedNodes:
         if name in self.leaders and os.path.exists(f"/proc/{self.leaders[name]}"):
             return self.leaders[name]
         try:
-            netns = os.stat(f"/run/netns/{self.lab.nodes[name].netns}").st_ino
+            netns = os.stat(netns_path(self.lab.nodes[name].netns)).st_ino
         except FileNotFoundError:
             return None
         for pid in filter(str.isdigit, os.listdir("/proc")):

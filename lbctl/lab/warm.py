@@ -35,6 +35,7 @@ import threading
 import time
 
 from lbctl.errors import LabError
+from lbctl.lab.shell import netns_path
 from lbctl.lab.warm_relay import decode_request, encode_request
 
 # Every command module and what they import on the way: a command then
@@ -292,7 +293,7 @@ class WarmLbctl:
         # A namespace deleted and added again under the same name is another
         # node: a server left in the old one would run lbctl there.
         try:
-            current = os.stat(f"/run/netns/{self.netns}").st_ino
+            current = os.stat(netns_path(self.netns)).st_ino
         except FileNotFoundError:
             raise LabError(f"no network namespace {self.netns}") from None
         if self.process is not None and self.process.poll() is None and \
