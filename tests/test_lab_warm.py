@@ -358,3 +358,44 @@ def test_the_server_imports_nothing_from_the_folder_it_was_started_in(node, tmp_
     set_module_trap(tmp_path)
     monkeypatch.chdir(tmp_path)
     assert_trap_not_imported(warm.run(["validate", "-"], timeout=60))
+
+
+def test_doctor_after_scapy_was_imported_answers_as_a_new_process_would(node, tmp_path,
+                                                                         monkeypatch):
+    """The server imports scapy for the first doctor it runs; a later one
+    still sees the node's interfaces as they are then (one added between)."""
+    name, warm = node
+    (tmp_path / "c.yaml").write_text(CLUSTER)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LBCTL_ROOT", str(tmp_path))
+    args = ["doctor", "c.yaml", "--node", "lb1", "--root", str(tmp_path)]
+    first = warm.run(args, timeout=120)
+    for step in (["link", "add", "eth0", "type", "veth", "peer", "name", "eth1"],
+                 ["addr", "add", "10.77.0.2/24", "dev", "eth0"], ["link", "set", "eth0", "up"]):
+        subprocess.run(["ip", "-n", name, *step], check=True)
+    warm_done = warm.run(args, timeout=120)
+    cold = as_a_process(name, *args, cwd=tmp_path)
+    assert (warm_done.returncode, warm_done.stdout, warm_done.stderr) == \
+        (cold.returncode, cold.stdout, cold.stderr)
+    assert first.returncode == 1 and "which this host does not have" in first.stderr, first
+    assert "who-has 10.77.0.3 on eth0" in warm_done.stdout  # the wire check ran
+
+
+def test_a_command_sees_the_interfaces_scapy_did_not_know_at_import(tmp_path):
+    """What the warm server does in each child before a command runs."""
+    name = f"lbctl-scapy-{os.getpid()}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    script = ("import subprocess, sys\n"
+              "from scapy.config import conf\n"
+              "import scapy.route\n"
+              "subprocess.run(['ip', 'link', 'add', 'late0', 'type', 'veth', 'peer', 'name', 'late1'], check=True)\n"
+              "before = 'late0' in conf.ifaces\n"
+              "from lbctl.lab.warm import _fresh_scapy_view\n"
+              "_fresh_scapy_view()\n"
+              "print(before, 'late0' in conf.ifaces)\n")
+    try:
+        done = subprocess.run(["ip", "netns", "exec", name, sys.executable, "-c", script],
+                              capture_output=True, text=True, timeout=120)
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False)
+    assert done.stdout.split() == ["False", "True"], done.stderr

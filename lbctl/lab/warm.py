@@ -44,6 +44,11 @@ PRELOAD = ("lbctl.cli", "lbctl.commands.apply", "lbctl.commands.plan",
            "lbctl.commands.status", "lbctl.commands.drain", "lbctl.commands.drain_balancer",
            "lbctl.commands.doctor", "lbctl.commands.validate", "lbctl.engine.execute",
            "lbctl.engine.node", "lbctl.config.load", "yaml", "jinja2")
+# What doctor's wire check imports: scapy, 6-8 s of emulated CPU a start.
+# Imported once, by the first doctor a server runs, not at the server's
+# start: most nodes of most labs never run doctor.
+DOCTOR_PRELOAD = ("lbctl.doctor.wire", "scapy.layers.inet", "scapy.layers.l2",
+                  "scapy.sendrecv")
 HEADER_LIMIT = 1 << 20
 
 
@@ -154,6 +159,8 @@ def _start(connection, selector):
         for fd in fds:
             os.close(fd)
         return None
+    if _probes_the_wire(request[0]):
+        _preload_doctor()
     child = os.fork()
     if child == 0:
         _run_child(request, fds, connection, selector)  # never returns
@@ -166,6 +173,39 @@ def _start(connection, selector):
     except OSError:
         pass  # the caller is gone; the command runs on as it would have
     return child
+
+
+def _probes_the_wire(argv):
+    """Whether the command is a doctor that sends probes from this node
+    (with --all it asks the nodes, over SSH, and imports no scapy here)."""
+    return argv[:1] == ["doctor"] and "--all" not in argv and "--no-wire" not in argv
+
+
+def _preload_doctor():
+    import importlib
+    import logging
+
+    if "scapy" in sys.modules:
+        return
+    # As doctor's own import of it: no warnings about the host's interfaces.
+    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
+    try:
+        for name in DOCTOR_PRELOAD:
+            importlib.import_module(name)
+    except Exception:  # the command imports it itself, and says what failed
+        for name in [n for n in sys.modules if n == "scapy" or n.startswith("scapy.")]:
+            del sys.modules[name]
+
+
+def _fresh_scapy_view():
+    """scapy read the node's interfaces and routes when the server imported
+    it; a command sees them as they are now, as a fresh import would."""
+    from scapy.config import conf
+
+    for table in (conf.route, conf.route6):  # route6: None until scapy.route6 is imported
+        if table is not None:
+            table.resync()
+    conf.ifaces.reload()
 
 
 def _run_child(request, fds, connection, selector):
@@ -192,6 +232,8 @@ def _run_child(request, fds, connection, selector):
         os.environ.update(env)
         os.chdir(cwd)
         sys.argv = ["lbctl", *argv]
+        if "scapy" in sys.modules and _probes_the_wire(argv):
+            _fresh_scapy_view()
         # Text streams on the new descriptors, as a new interpreter opens them:
         # stderr line-buffered whatever it is.
         sys.stdin = sys.__stdin__ = open(0, closefd=False)
