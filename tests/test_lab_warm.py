@@ -13,6 +13,7 @@ import lbctl
 
 from lbctl.errors import LabError
 from lbctl.lab import warm as warm_module
+from lbctl.lab import warm_relay
 from lbctl.lab.warm import WarmLbctl
 
 CLUSTER = """\
@@ -118,12 +119,15 @@ def test_a_namespace_gone_is_an_error_that_names_it(node):
         warm.run(["--version"], timeout=60)
 
 
-RELAY = os.path.join(os.path.dirname(warm_module.__file__), "warm_relay.py")
-
-
 def relay_argv(name, warm, *args):
-    """`lbctl ARGS` as a node's sshd runs it: the relay, a bare interpreter."""
-    return ["ip", "netns", "exec", name, sys.executable, "-I", "-S", RELAY, warm.path, *args]
+    """`lbctl ARGS` as a node's sshd runs it: the relay script, in the
+    server's folder (root's alone)."""
+    script = os.path.join(os.path.dirname(warm.path), "lbctl")
+    if not os.path.exists(script):
+        with open(script, "w") as fh:
+            fh.write(warm_relay.script_text(sys.executable, warm.path))
+        os.chmod(script, 0o700)
+    return ["ip", "netns", "exec", name, script, *args]
 
 
 def relayed(name, warm, *args, stdin="", cwd=None):
@@ -341,12 +345,12 @@ def test_a_cold_node_finds_the_installed_lbctl_first_and_can_turn_warm(tmp_path)
             if os.path.exists(os.path.join(folder, "lbctl")):
                 return open(os.path.join(folder, "lbctl")).read()
 
-    assert "warm_relay.py" in first_lbctl("pi1") and "/run/warm/pi1.sock" in first_lbctl("pi1")
-    assert "warm_relay.py" not in first_lbctl("pi3")  # the console script pip wrote
+    assert "import warm_relay" in first_lbctl("pi1") and "/run/warm/pi1.sock" in first_lbctl("pi1")
+    assert "import warm_relay" not in first_lbctl("pi3")  # the console script pip wrote
     ssh.make_cold([])
     assert "/run/warm/pi3.sock" in first_lbctl("pi3")
     ssh.make_cold(["pi1"])
-    assert "warm_relay.py" not in first_lbctl("pi1")
+    assert "import warm_relay" not in first_lbctl("pi1")
     assert "/run/warm/pi3.sock" in first_lbctl("pi3")
 
 

@@ -10,12 +10,12 @@ start the installed lbctl anew.
 """
 
 import os
-import shlex
 import subprocess
 import sys
 import time
 
 from lbctl.errors import LabError
+from lbctl.lab import warm_relay
 from lbctl.lab.shell import run
 
 SSHD = "/usr/sbin/sshd"
@@ -114,11 +114,7 @@ class LabSsh:
     def _lbctl_relaying(self, node):
         """A folder whose `lbctl` hands its command to the node's warm lbctl."""
         socket_path = self.lab.warm_socket(node.name)
-        relay = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_relay.py")
-        return self._bin_dir(node, "\n".join([
-            "#!/bin/sh",
-            f'exec {shlex.quote(sys.executable)} -I -S {shlex.quote(relay)} '
-            f'{shlex.quote(socket_path)} "$@"', ""]))
+        return self._bin_dir(node, warm_relay.script_text(sys.executable, socket_path))
 
     def _bin_dir(self, node, script_text):
         """The node's folder first on its PATH, with `script_text` as its

@@ -11,11 +11,11 @@ the cluster file from the SSH session's stdin and writing to its stdout and
 stderr directly, so what `--all` sees is what a fresh lbctl would give it.
 Where the node has no server to take it, lbctl starts anew here instead.
 
-Run by path with `python -I -S`: it imports nothing of lbctl's, no
-site-packages and only modules built into the interpreter (_socket,
-_signal and _struct; socket, signal, array and json import enum, re and
-collections, which cost more than the interpreter's own start in the
-emulated lab).  Usage:
+Run with `python -I -S`: it imports nothing of lbctl's, no site-packages
+and only modules built into the interpreter (_socket, _signal and _struct;
+socket, signal, array and json import enum, re and collections, which cost
+more than the interpreter's own start in the emulated lab).  A node's
+`lbctl` is the script script_text() makes; by path it is
 
     python -I -S warm_relay.py SOCKET [LBCTL ARGUMENTS...]
 
@@ -121,6 +121,20 @@ def relay(path, argv):
     if len(ended) != 2 or ended[0] not in ("exit", "signal"):
         raise RelayError("the node's lbctl server ended before the command did")
     return int(ended[1]) if ended[0] == "exit" else -int(ended[1])
+
+
+def script_text(python, socket_path):
+    """The node's `lbctl`: the relay for the server at socket_path, run by
+    the #! line with no shell before it, and imported from its compiled copy
+    rather than compiled anew at each login.  This folder on sys.path
+    shadows nothing the relay imports: built-in modules are found first."""
+    return "\n".join([
+        f"#!{python} -IS",
+        "import sys",
+        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})",
+        f"sys.argv.insert(1, {socket_path!r})",
+        "import warm_relay",
+        "sys.exit(warm_relay.main())", ""])
 
 
 def main():
