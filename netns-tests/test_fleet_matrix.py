@@ -61,9 +61,10 @@ ECMP["balancers"] = {name: {"address": address, "interface": "eth0"}
 ECMP["services"]["web"].update(vip=ROUTED_VIP, scheduler="mh", scheduler_flags=["mh-port"])
 
 # The mode whose cells pi3 runs with the installed lbctl started anew for
-# each command, as on a Pi (test_cluster_ssh's fleet runs it so throughout);
-# in the others every node relays to its warm lbctl, which costs the
-# emulated lab a second of CPU less per command.
+# each command, as on a Pi (test_cluster_ssh's fleet runs it so throughout),
+# and the client too, as a laptop's shell does: every --all command from a
+# fresh interpreter.  In the others every node and the client run their
+# warm lbctl, which costs the emulated lab a second of CPU less per command.
 COLD_MODE = "failover pair"
 # mode name: (spec, the balancers that serve, what runs the table there)
 MODES = {
@@ -144,9 +145,8 @@ class Cells:
         started = time.monotonic()
         MATRIX[(self.mode, column)] = "FAILED"
         if column == "rollout":
-            done = self.lab.sh("client", [sys.executable, "-m", "lbctl", "rollout", self.path,
-                                          *args, "--yes", "--ssh-config", self.fleet.config],
-                               check=False, timeout=900)
+            done = self.fleet.from_client(["rollout", self.path, *args, "--yes",
+                                           "--ssh-config", self.fleet.config], timeout=900)
         elif column == "apply":
             # As a person runs it: the plans on a terminal, then "y".  What
             # follows the answer is what the apply printed.
@@ -181,7 +181,7 @@ def test_every_all_command(lab, fleet, mode):
     nodes = [*serving, *WORKERS]
     idle = [b for b in BALANCERS if b not in serving]
     cell = Cells(lab, fleet, mode, path)
-    fleet.make_cold(["pi3"] if mode == COLD_MODE else [])
+    fleet.make_cold(["pi3", "client"] if mode == COLD_MODE else [])
     clean = False
     try:
         _apply(lab, cell, spec, serving, vip)

@@ -24,7 +24,8 @@ SSHD = "/usr/sbin/sshd"
 class LabSsh:
     def __init__(self, lab, cold=()):
         """`cold`: nodes whose sshd runs the installed lbctl itself, started
-        anew for each command as on a Pi, not the relay to the warm one."""
+        anew for each command as on a Pi, not the relay to the warm one;
+        "client" among them: lbctl_all starts lbctl anew on the client too."""
         self.lab = lab
         self.cold = set(cold)
         self.claiming = set()  # nodes whose lbctl claims another version
@@ -173,10 +174,18 @@ class LabSsh:
         """lbctl with --all from the client namespace, as a script on a laptop runs
         it: apply with --yes, since no terminal answers its question."""
         asked = ["--yes"] if yes and args[:1] == ("apply",) else []
-        argv = [sys.executable, "-m", "lbctl", *args, *asked, "--all",
-                "--ssh-config", self.config]
+        return self.from_client([*args, *asked, "--all", "--ssh-config", self.config],
+                                timeout=timeout)
+
+    def from_client(self, argv, timeout=600):
+        """lbctl `argv` in the client namespace, with no terminal: the
+        client's warm lbctl, or a fresh interpreter when "client" is cold."""
         started = time.monotonic()
-        done = self.lab.sh("client", argv, check=False, timeout=timeout)
+        if "client" in self.cold:  # as a laptop's shell starts it
+            done = self.lab.sh("client", [sys.executable, "-m", "lbctl", *argv], check=False,
+                               timeout=timeout)
+        else:
+            done = self.lab.warm_lbctl("client").run(argv, timeout)
         done.seconds = time.monotonic() - started
         return done
 

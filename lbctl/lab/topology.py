@@ -200,7 +200,7 @@ class Lab(Faults, Observations):
     def lbctl(self, node, *args, check=False, timeout=DEFAULT_TIMEOUT):
         """Run lbctl on a node as a user would: inside its namespace, a new
         process with lbctl's modules already imported (warm.py)."""
-        done = self._warm_lbctl(node).run(self.lbctl_args(*args, node=node), timeout)
+        done = self.warm_lbctl(node).run(self.lbctl_args(*args, node=node), timeout)
         if check and done.returncode != 0:
             raise LabError(f"lbctl {' '.join(map(str, args))} on {node}: "
                            f"{(done.stderr or done.stdout).strip()}")
@@ -208,11 +208,13 @@ class Lab(Faults, Observations):
 
     def warm_socket(self, node):
         """The socket of the node's warm lbctl, started if it is not running."""
-        warm = self._warm_lbctl(node)
+        warm = self.warm_lbctl(node)
         warm.ensure()
         return warm.path
 
-    def _warm_lbctl(self, node):
+    def warm_lbctl(self, node):
+        """The node's warm lbctl (warm.py), made on first use: its run() takes
+        lbctl's arguments as they are, with no file root added."""
         if node not in self.warm:
             folder = os.path.join(self.workdir, ".warm")
             os.makedirs(folder, mode=0o700, exist_ok=True)
