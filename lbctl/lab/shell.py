@@ -1,6 +1,7 @@
 """Running the lab's helper programs, with failures as LabError."""
 
 import os
+import re
 import subprocess
 
 from lbctl.errors import LabError
@@ -67,3 +68,34 @@ def pids_in(netns_names):
         if (found.st_dev, found.st_ino) in wanted:
             pids.append(int(entry))
     return pids
+
+
+def mounts_below(path):
+    """The mount points at or below `path`, deepest first."""
+    top = os.path.realpath(path)
+    found = []
+    with open("/proc/self/mountinfo") as fh:
+        for line in fh:
+            # The fifth field; space, tab, newline and backslash are octal-escaped.
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])
+            if point == top or point.startswith(top.rstrip("/") + "/"):
+                found.append(point)
+    return sorted(found, key=lambda p: p.count("/"), reverse=True)
+
+
+def remove_tree(path):
+    """Remove the folder `path`, never what is mounted inside it.
+
+    A booted lab node's root is an overlay whose lower layer is this
+    machine's whole root, mounted below the lab's folder.  shutil.rmtree
+    descends into mounts: left mounted, the overlay would have it white out
+    every file of the machine, hours of work for the emulated lab with no
+    output.  So everything below is unmounted first (lazily: a process
+    still inside does not keep it in the tree)."""
+    import shutil
+
+    for point in mounts_below(path):
+        run(["umount", "-l", point], check=False)
+    if mounts_below(path):
+        raise LabError(f"{path}: still has mounts below it after umount; not removed")
+    shutil.rmtree(path, ignore_errors=True)

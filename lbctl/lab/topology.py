@@ -8,7 +8,6 @@ lbctl runs inside each namespace exactly as it would on a Pi.
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from lbctl.config import load_cluster
 from lbctl.errors import LabError
 from lbctl.lab.faults import Faults
 from lbctl.lab.observe import Observations
-from lbctl.lab.shell import DEFAULT_TIMEOUT, ip_batch, netns_exists, pids_in, run
+from lbctl.lab.shell import DEFAULT_TIMEOUT, ip_batch, netns_exists, pids_in, remove_tree, run
 from lbctl.lab.warm import WarmLbctl
 from lbctl.layout import Layout
 
@@ -342,7 +341,7 @@ class Lab(Faults, Observations):
         if held:
             ip_batch([["netns", "del", netns] for netns in held], check=False, keep_going=True)
         if not quiet:
-            shutil.rmtree(self.workdir, ignore_errors=True)
+            remove_tree(self.workdir)
 
     def __enter__(self):
         return self.build()
