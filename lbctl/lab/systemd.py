@@ -102,10 +102,16 @@ class BootedNodes:
                 os.symlink("/dev/null", path)
             if self.lab.nodes[name].role == "worker":
                 self._install_web_server(name, units)
-        for name in self.names:
-            self.boot(name, wait=False)
-        for name in self.names:
-            self.wait_booted(name)
+        try:
+            for name in self.names:
+                self.boot(name, wait=False)
+            for name in self.names:
+                self.wait_booted(name)
+        except BaseException:
+            # The caller never gets these nodes to shut down: a node that did
+            # not boot is stopped and unmounted here, not left spinning.
+            self.shutdown()
+            raise
         return self
 
     def _install_web_server(self, name, units):
