@@ -366,8 +366,8 @@ def test_the_server_imports_nothing_from_the_folder_it_was_started_in(node, tmp_
 
 def test_doctor_after_scapy_was_imported_answers_as_a_new_process_would(node, tmp_path,
                                                                          monkeypatch):
-    """The server imports scapy for the first doctor it runs; a later one
-    still sees the node's interfaces as they are then (one added between)."""
+    """The server imports scapy for the first doctor it runs; a later one,
+    with an interface added between, answers as a fresh process does."""
     name, warm = node
     (tmp_path / "c.yaml").write_text(CLUSTER)
     monkeypatch.chdir(tmp_path)
@@ -403,3 +403,29 @@ def test_a_command_sees_the_interfaces_scapy_did_not_know_at_import(tmp_path):
     finally:
         subprocess.run(["ip", "netns", "del", name], check=False)
     assert done.stdout.split() == ["False", "True"], done.stderr
+
+
+def test_the_server_imports_scapy_once_and_not_for_doctor_all():
+    script = ("import sys\n"
+              "from lbctl.lab import warm\n"
+              "warm._probes_the_wire(['doctor', 'c.yaml', '--all']) and warm._preload_doctor()\n"
+              "print('scapy.sendrecv' in sys.modules)\n"
+              "warm._probes_the_wire(['doctor', 'c.yaml']) and warm._preload_doctor()\n"
+              "print(warm._doctor_preloaded, 'scapy.sendrecv' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120)
+    assert done.stdout.split() == ["False", "True", "True"], done.stderr
+
+
+@pytest.mark.parametrize("python", ["/opt/with space/bin/python", "/opt/" + "p" * 220])
+def test_an_interpreter_a_hash_bang_line_cannot_name_is_started_by_sh(tmp_path, python):
+    """A #! line is split at blanks and cut at 255 bytes."""
+    text = warm_relay.script_text(python, "/run/it's.sock")
+    assert text.startswith("#!/bin/sh\n")
+    script = tmp_path / "lbctl"
+    script.write_text(text.replace("exec ", "printf '%s\\n' ", 1))
+    shown = subprocess.run(["sh", str(script), "a b"], capture_output=True, text=True)
+    assert shown.stdout.splitlines() == [python, "-I", "-S",
+                                         os.path.join(os.path.dirname(warm_relay.__file__),
+                                                      "warm_relay.py"),
+                                         "/run/it's.sock", "a b"]

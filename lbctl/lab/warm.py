@@ -181,20 +181,27 @@ def _probes_the_wire(argv):
     return argv[:1] == ["doctor"] and "--all" not in argv and "--no-wire" not in argv
 
 
+# Whether the server imported DOCTOR_PRELOAD: None until the first doctor.
+_doctor_preloaded = None
+
+
 def _preload_doctor():
+    """Once: an import that fails is left to each command, which imports it
+    itself and says what failed."""
+    global _doctor_preloaded
     import importlib
     import logging
 
-    if "scapy" in sys.modules:
+    if _doctor_preloaded is not None:
         return
     # As doctor's own import of it: no warnings about the host's interfaces.
     logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
     try:
         for name in DOCTOR_PRELOAD:
             importlib.import_module(name)
-    except Exception:  # the command imports it itself, and says what failed
-        for name in [n for n in sys.modules if n == "scapy" or n.startswith("scapy.")]:
-            del sys.modules[name]
+        _doctor_preloaded = True
+    except Exception:
+        _doctor_preloaded = False
 
 
 def _fresh_scapy_view():
@@ -232,7 +239,7 @@ def _run_child(request, fds, connection, selector):
         os.environ.update(env)
         os.chdir(cwd)
         sys.argv = ["lbctl", *argv]
-        if "scapy" in sys.modules and _probes_the_wire(argv):
+        if _doctor_preloaded and _probes_the_wire(argv):
             _fresh_scapy_view()
         # Text streams on the new descriptors, as a new interpreter opens them:
         # stderr line-buffered whatever it is.

@@ -34,7 +34,11 @@ import _struct
 # A relay that fails says so and exits 70 (EX_SOFTWARE): not 255, which
 # --all reads as ssh's own failure to reach the node.
 EXIT_RELAY = 70
-HANDSHAKE_SECONDS = 30  # the server answers at once unless it is stuck
+HANDSHAKE_SECONDS = 30  # the server takes a connection at once unless it is stuck
+# Before it starts a doctor that probes the wire, the server may first
+# import scapy, seconds of emulated CPU and more while other labs run, and
+# other callers of the same server wait behind it.
+START_SECONDS = 300
 REQUEST_TAG = b"lbctl-warm-1"
 # A signal sent to lbctl goes to the command as it would to a real one: TERM
 # and HUP to its process alone, INT (a terminal's Ctrl-C) to its group.
@@ -94,6 +98,7 @@ def relay(path, argv):
             raise NoServer() from None
         connection.sendmsg([encode_request(argv, os.environ, os.getcwd())],
                            [(_socket.SOL_SOCKET, _socket.SCM_RIGHTS, _struct.pack("3i", 0, 1, 2))])
+        connection.settimeout(START_SECONDS)
         replies = _lines(connection)
         started = next(replies, [])
         if started[:1] != ["pid"] or len(started) != 3:
@@ -126,15 +131,25 @@ def relay(path, argv):
 def script_text(python, socket_path):
     """The node's `lbctl`: the relay for the server at socket_path, run by
     the #! line with no shell before it, and imported from its compiled copy
-    rather than compiled anew at each login.  This folder on sys.path
-    shadows nothing the relay imports: built-in modules are found first."""
+    rather than compiled anew at each login.  The relay's folder goes last
+    on sys.path, so it shadows no module of the interpreter's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if len(python) > 200 or any(c.isspace() for c in python):
+        # A #! line is split at blanks and cut at 255 bytes: sh starts such a one.
+        return "".join(["#!/bin/sh\nexec ", _sh_quoted(python), " -I -S ",
+                        _sh_quoted(os.path.join(here, "warm_relay.py")), " ",
+                        _sh_quoted(socket_path), ' "$@"\n'])
     return "\n".join([
         f"#!{python} -IS",
         "import sys",
-        f"sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})",
+        f"sys.path.append({here!r})",
         f"sys.argv.insert(1, {socket_path!r})",
         "import warm_relay",
         "sys.exit(warm_relay.main())", ""])
+
+
+def _sh_quoted(text):
+    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def main():
