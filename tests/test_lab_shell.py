@@ -39,6 +39,9 @@ def test_a_mount_point_with_a_space_is_read_from_its_escaped_form(bound):
     inner = lab / "with space"
     inner.mkdir()
     subprocess.run(["mount", "--bind", str(elsewhere), str(inner)], check=True)
-    assert set(mounts_below(lab)) == {str(inner), str(lab / "booted" / "lb1" / "root")}
-    remove_tree(lab)
-    assert not lab.exists() and (elsewhere / "usr" / "precious").exists()
+    try:
+        assert set(mounts_below(lab)) == {str(inner), str(lab / "booted" / "lb1" / "root")}
+        remove_tree(lab)
+        assert not lab.exists() and (elsewhere / "usr" / "precious").exists()
+    finally:
+        subprocess.run(["umount", "-l", str(inner)], check=False)

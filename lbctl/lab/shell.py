@@ -74,10 +74,11 @@ def mounts_below(path):
     """The mount points at or below `path`, deepest first."""
     top = os.path.realpath(path)
     found = []
-    with open("/proc/self/mountinfo") as fh:
+    with open("/proc/self/mountinfo", "rb") as fh:  # any mount's name, in any encoding
         for line in fh:
             # The fifth field; space, tab, newline and backslash are octal-escaped.
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])
+            point = os.fsdecode(re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m[1], 8)]),
+                                       line.split()[4]))
             if point == top or point.startswith(top.rstrip("/") + "/"):
                 found.append(point)
     return sorted(found, key=lambda p: p.count("/"), reverse=True)
@@ -94,8 +95,11 @@ def remove_tree(path):
     still inside does not keep it in the tree)."""
     import shutil
 
-    for point in mounts_below(path):
-        run(["umount", "-l", point], check=False)
+    if os.path.realpath(path) == "/":
+        raise LabError("refusing to remove /")
+    said = [run(["umount", "-l", point], check=False).stderr.strip()
+            for point in mounts_below(path)]
     if mounts_below(path):
-        raise LabError(f"{path}: still has mounts below it after umount; not removed")
+        raise LabError(f"{path}: still has mounts below it after umount, so it is not "
+                       f"removed: {'; '.join(filter(None, said))}")
     shutil.rmtree(path, ignore_errors=True)

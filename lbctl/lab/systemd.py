@@ -83,6 +83,16 @@ class BootedNodes:
 
     def setup(self):
         _mount_cgroup2()
+        try:
+            self._mount_and_boot()
+        except BaseException:
+            # The caller never gets these nodes to shut down: a node that did
+            # not boot is stopped and unmounted here, not left spinning.
+            self.shutdown()
+            raise
+        return self
+
+    def _mount_and_boot(self):
         for name in self.names:
             dirs = self._dirs(name)
             for path in dirs.values():
@@ -102,17 +112,10 @@ class BootedNodes:
                 os.symlink("/dev/null", path)
             if self.lab.nodes[name].role == "worker":
                 self._install_web_server(name, units)
-        try:
-            for name in self.names:
-                self.boot(name, wait=False)
-            for name in self.names:
-                self.wait_booted(name)
-        except BaseException:
-            # The caller never gets these nodes to shut down: a node that did
-            # not boot is stopped and unmounted here, not left spinning.
-            self.shutdown()
-            raise
-        return self
+        for name in self.names:
+            self.boot(name, wait=False)
+        for name in self.names:
+            self.wait_booted(name)
 
     def _install_web_server(self, name, units):
         docroot = "/srv/lab-www"
@@ -243,10 +246,12 @@ class BootedNodes:
         self.boot(name)
 
     def shutdown(self):
-        for name in list(self.spawned):
-            self.power_off(name, timeout=30)
-        for name in self.names:
-            run(["umount", "-l", self._dirs(name)["root"]], check=False)
+        try:
+            for name in list(self.spawned):
+                self.power_off(name, timeout=30)
+        finally:  # a node that would not end is still unmounted
+            for name in self.names:
+                run(["umount", "-l", self._dirs(name)["root"]], check=False)
         for boot in range(1, getattr(self, "boots", 0) + 1):
             for name in self.names:
                 path = self._cgroup_path(name, boot)
