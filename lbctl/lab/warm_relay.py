@@ -136,9 +136,12 @@ def script_text(python, socket_path):
     here = os.path.dirname(os.path.abspath(__file__))
     if len(python) > 200 or any(c.isspace() for c in python):
         # A #! line is split at blanks and cut at 255 bytes: sh starts such a one.
-        return "".join(["#!/bin/sh\nexec ", _sh_quoted(python), " -I -S ",
-                        _sh_quoted(os.path.join(here, "warm_relay.py")), " ",
-                        _sh_quoted(socket_path), ' "$@"\n'])
+        # (Imported here: the relay itself runs on built-in modules only.)
+        from shlex import quote
+
+        return "".join(["#!/bin/sh\nexec ", quote(python), " -I -S ",
+                        quote(os.path.join(here, "warm_relay.py")), " ",
+                        quote(socket_path), ' "$@"\n'])
     return "\n".join([
         f"#!{python} -IS",
         "import sys",
@@ -146,10 +149,6 @@ def script_text(python, socket_path):
         f"sys.argv.insert(1, {socket_path!r})",
         "import warm_relay",
         "sys.exit(warm_relay.main())", ""])
-
-
-def _sh_quoted(text):
-    return "'" + text.replace("'", "'\\''") + "'"
 
 
 def main():
