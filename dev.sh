@@ -121,7 +121,10 @@ case "${1:-}" in
   test)
     PIP_EXTRAS=test,bench
     setup "${BENCH_PACKAGES[@]}"   # the netns suite runs the benchmarks at their smallest
-    .venv/bin/python -m pytest tests -q
+    # The unit tests wait on subprocesses and timers more than they compute:
+    # two workers take half the time (a module each: the install test builds
+    # its venv once).
+    .venv/bin/python -m pytest tests -q -n 2 --dist loadfile
     # The slowest tests, then the failed ones, are named at the end: the suite
     # has a time budget, and a CI log shows only its tail.
     # A test still running after 15 minutes (the slowest takes about 4) has
