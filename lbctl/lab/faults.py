@@ -1,5 +1,6 @@
 """What the lab's tests break on purpose: a cable pulled, VRRP or the sync
-daemon's multicast filtered on the way in.  A part of Lab (topology.py)."""
+daemon's multicast filtered on the way in, or held back on the way out.  A
+part of Lab (topology.py)."""
 
 import time
 
@@ -43,6 +44,25 @@ class Faults:
         match = ["match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
                  "match", "ip", "dport", str(port), "0xffff"]
         self._drop_arriving(node, 2, match if blocked else None)
+
+    def delay_sync(self, node, seconds, group="224.0.0.81", port=8848):
+        """Hold the IPVS sync daemon's multicast leaving a node for `seconds`
+        (netem), as a slow or busy network would; 0 sends it at once again.
+        Everything else leaves the node undelayed."""
+        netns = self.nodes[node].netns
+        run(["tc", "-n", netns, "qdisc", "del", "dev", "eth0", "root"], check=False)
+        if not seconds:
+            return
+        tc = ["tc", "-n", netns]
+        # Two bands: every priority to the first; the filter alone puts the
+        # sync daemon's datagrams in the second, the delayed one.
+        run([*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "prio", "bands", "2",
+             "priomap", *["0"] * 16])
+        run([*tc, "qdisc", "add", "dev", "eth0", "parent", "1:2", "handle", "20:",
+             "netem", "delay", f"{seconds}s"])
+        run([*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
+             "u32", "match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
+             "match", "ip", "dport", str(port), "0xffff", "flowid", "1:2"])
 
     def _drop_arriving(self, node, pref, match):
         """A u32 drop rule on the ingress of a node's eth0, one per `pref` (so VRRP

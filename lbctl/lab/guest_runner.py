@@ -19,6 +19,7 @@ MODULES = (
     "ip_vs_lblcr", "ip_vs_fo", "ip_vs_ovf",
     "veth", "bridge", "dummy", "sch_tbf", "af_packet",
     "sch_ingress", "cls_u32", "act_gact",  # the lab's split-brain test drops VRRP with tc
+    "sch_prio", "sch_netem",  # and a takeover test delays the sync daemon's datagrams
 )
 
 
