@@ -96,7 +96,7 @@ def pytest_runtest_logstart(nodeid, location):
 
 
 # The slowest modules, slowest first ("seconds per module" at the end of a
-# run).  The suite runs on two pytest-xdist workers, each taking the next
+# run).  The suite runs on three pytest-xdist workers, each taking the next
 # module when it is almost done with one: started first, the long modules
 # do not leave one worker running alone at the end.
 SLOWEST_FIRST = ["test_fleet_matrix.py", "test_cluster_ssh.py", "test_bench.py",

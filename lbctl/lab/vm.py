@@ -120,9 +120,9 @@ def build_initramfs(modules, out):
                            input="\n".join(files).encode(), stdout=fh, check=True)
 
 
-# The netns suite runs two labs at once (a pytest-xdist worker each), and
+# The netns suite runs three labs at once (a pytest-xdist worker each), and
 # every file they write lives in the guest's RAM.
-def run(argv, cwd=None, memory_mb=3072, cpus=2):
+def run(argv, cwd=None, memory_mb=4096, cpus=2):
     """Run argv inside the lab VM, its output on ours, and return its exit status."""
     if any(ch.isspace() for ch in sys.executable):
         raise LabError(f"the lab VM cannot pass {sys.executable!r} on a kernel command line; "
