@@ -2,6 +2,7 @@
 
 import errno
 import os
+import stat
 import subprocess
 from ipaddress import IPv4Address
 from types import SimpleNamespace
@@ -437,9 +438,14 @@ def test_exec_checks_get_the_worker_address_and_no_shell(tmp_path):
 
 def test_the_notify_hook_records_state_and_time(tmp_path):
     script = install_hook(tmp_path, "lbctl-notify")
-    subprocess.run([str(script), str(tmp_path), "health", "web", "pi1", "down"], check=True)
+    # keepalived's own umask must not hide the records from the exporter,
+    # which runs as a user of its own.
+    subprocess.run([str(script), str(tmp_path), "health", "web", "pi1", "down"], check=True,
+                   umask=0o077)
     subprocess.run([str(script), str(tmp_path), "vrrp", "INSTANCE", "lbctl_pi-web", "MASTER",
-                    "150"], check=True)
+                    "150"], check=True, umask=0o077)
+    for name in ("health.web@pi1", "vrrp", "vrrp.transitions"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o644, name
     from lbctl.status.health import read_state_dir
 
     found = read_state_dir(str(tmp_path))

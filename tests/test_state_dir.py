@@ -95,7 +95,9 @@ def test_the_hooks_finish_whatever_their_own_files_are(tmp_path, trap):
     """A hook that never ends holds its lock, and burns a CPU, for ever."""
     state = tmp_path / "state"
     state.mkdir()
-    for name in ("vrrp", "vrrp.transitions", "check.state"):
+    for name in ("vrrp", "vrrp.transitions", "check.state", ".lock.vrrp"):
+        if name == ".lock.vrrp" and trap != "fifo":
+            continue  # the lock is only opened, never read
         if trap == "fifo":
             os.mkfifo(state / name)
         elif trap == "zero":
