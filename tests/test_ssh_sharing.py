@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from helpers import PI_SINGLE
 from lbctl.remote import connections
 from lbctl.remote.ssh import Target, ssh_argv
 
@@ -103,3 +104,52 @@ def test_no_folder_short_enough_shares_nothing(monkeypatch):
         assert not any(o.startswith("Control") for o in argv)  # a plain login each time
     finally:
         connections.close_all()
+
+
+
+@pytest.fixture
+def ssh_calls(monkeypatch):
+    """The ssh command lines run, each answered as a node that is down."""
+    import subprocess
+
+    from lbctl.remote import ssh
+
+    calls = []
+
+    def run(argv, **kwargs):
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, ssh.SSH_FAILED, "", "ssh: No route to host\n")
+    monkeypatch.setattr(ssh.subprocess, "run", run)
+    return calls
+
+
+@pytest.mark.parametrize("command", ["doctor", "plan", "status"])
+def test_a_command_that_reaches_each_node_once_starts_no_master(ssh_calls, tmp_path, command):
+    """A master started for one session, then told to exit, costs a fork and
+    an ssh -O exit per node for nothing."""
+    import importlib
+    import io
+    from types import SimpleNamespace
+
+    path = tmp_path / "pair.yaml"
+    path.write_text(PI_SINGLE)
+    module = importlib.import_module(f"lbctl.commands.cluster_{command}")
+    args = SimpleNamespace(file=str(path), node=None, ssh_config=None, json=False,
+                           no_drift=False, remove=False, force=False, detailed_exitcode=False)
+    module.run(args, io.StringIO())
+    assert sorted(argv[argv.index("--") + 1] for argv in ssh_calls) == [
+        "192.168.100.2", "192.168.100.3", "192.168.100.4", "192.168.100.6"]
+    assert not any(option.startswith("Control") for argv in ssh_calls for option in argv)
+    assert connections._folder is None  # no folder of sockets made either
+
+
+def test_a_command_that_asks_again_shares_its_connections(ssh_calls, tmp_path):
+    from lbctl.config import load_cluster
+    from lbctl.remote.fleet import select, statuses
+
+    path = tmp_path / "pair.yaml"
+    path.write_text(PI_SINGLE)
+    cluster = load_cluster(str(path))
+    statuses(cluster, select(cluster), None)  # what rollout and apply --all ask between steps
+    assert len(ssh_calls) == 4
+    assert all("ControlMaster=auto" in argv for argv in ssh_calls)

@@ -23,7 +23,7 @@ def run(args, out):
     outcomes = run_on_each(
         selected, lambda t: ["doctor", "-", "--node", t.node, "--json",
                              *([] if t.node == asker else ["--no-wire"])],
-        cluster.text, args.ssh_config, timeout=DOCTOR_TIMEOUT)
+        cluster.text, args.ssh_config, timeout=DOCTOR_TIMEOUT, share=False)
     findings, not_run, unchecked = [], [], []
     for node, outcome in outcomes.items():
         report, problem = _report(outcome)

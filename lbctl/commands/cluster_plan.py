@@ -11,7 +11,8 @@ from lbctl.remote.ssh import run_on_each
 def run(args, out):
     cluster = load_cluster(args.file)
     selected = select(cluster, args.node)
-    pending, failed, _, _ = plan_each(cluster, selected, args, out)
+    # Each node is asked once: no shared connection to set up and stop.
+    pending, failed, _, _ = plan_each(cluster, selected, args, out, share=False)
     out.write(f"changes pending on {', '.join(pending) or 'no node'}"
               + (f"; could not plan on {', '.join(failed)}" if failed else "") + "\n")
     if failed:
@@ -19,7 +20,7 @@ def run(args, out):
     return EXIT_CHANGES if pending and args.detailed_exitcode else 0
 
 
-def plan_each(cluster, selected, args, out, fingerprints=False):
+def plan_each(cluster, selected, args, out, fingerprints=False, share=True):
     """Print each selected node's plan; ([names with changes pending],
     [names that could not plan], {name: its plan's fingerprint}, [names of
     those that run another lbctl or none]).  apply
@@ -30,7 +31,7 @@ def plan_each(cluster, selected, args, out, fingerprints=False):
     outcomes = run_on_each(selected, lambda t: ["plan", "-", "--node", t.node,
                                                 "--detailed-exitcode", *flags,
                                                 *(["--fingerprint"] if fingerprints else [])],
-                           cluster.text, args.ssh_config)
+                           cluster.text, args.ssh_config, share=share)
     pending, failed, found = [], [], {}
     for target in selected:
         outcome = outcomes[target.node]

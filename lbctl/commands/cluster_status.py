@@ -20,7 +20,7 @@ def run(args, out):
     # would answer 2, which reads as a failure.
     flags = ["--no-drift"] if args.no_drift else []
     outcomes = run_on_each(selected, lambda t: ["status", "-", "--node", t.node, "--json", *flags],
-                           cluster.text, args.ssh_config, timeout=STATUS_TIMEOUT)
+                           cluster.text, args.ssh_config, timeout=STATUS_TIMEOUT, share=False)
     report = cluster_report(cluster, selected, outcomes)
     out.write((json.dumps(report_json(report), indent=2) if args.json else format_cluster(cluster, report))
               + "\n")

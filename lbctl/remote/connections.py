@@ -5,7 +5,8 @@ version, may plan, then applies; rollout and drain --all ask the balancers
 every second or two until a worker is idle or healthy.  Each ssh would
 otherwise log in again, a key exchange that costs a Raspberry Pi most of a
 second of CPU.  OpenSSH's connection sharing keeps the first login open as a
-master that later ssh processes run through.
+master that later ssh processes run through.  status, plan and doctor --all
+reach each node once, and share nothing (ssh.ssh_argv's `share`).
 
 The masters' sockets live in a folder made for this lbctl process alone
 (mode 0700, a random name), and the masters are told to exit when lbctl

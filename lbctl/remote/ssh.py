@@ -95,14 +95,18 @@ def targets(cluster):
     return found
 
 
-def ssh_argv(target, lbctl_args, ssh_config=None):
-    """The ssh command line that runs `lbctl lbctl_args` on the target."""
+def ssh_argv(target, lbctl_args, ssh_config=None, share=True):
+    """The ssh command line that runs `lbctl lbctl_args` on the target.
+    `share`: through this lbctl's one connection to the node
+    (connections.py); a command that reaches each node once passes False,
+    since a master it starts and then stops costs more than it saves."""
     argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
             # A node that vanishes mid-command (power, cable) is noticed in a minute.
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
             # A rollout lends no node the user's agent or display, whatever
             # ~/.ssh/config says (options given here win over it).
-            "-o", "ForwardAgent=no", "-o", "ForwardX11=no", *sharing_options()]
+            "-o", "ForwardAgent=no", "-o", "ForwardX11=no",
+            *(sharing_options() if share else [])]
     if ssh_config:
         argv += ["-F", ssh_config]
     if target.user:
@@ -118,12 +122,13 @@ def ssh_argv(target, lbctl_args, ssh_config=None):
     return argv + ["--", target.host, command]
 
 
-def run_on(target, lbctl_args, stdin_text="", ssh_config=None, timeout=600, show_stderr=False):
+def run_on(target, lbctl_args, stdin_text="", ssh_config=None, timeout=600, show_stderr=False,
+           share=True):
     """`show_stderr`: the node's progress goes straight to this terminal as it
     comes (drain --wait), and Outcome.stderr stays empty."""
     started = time.monotonic()
     try:
-        done = subprocess.run(ssh_argv(target, lbctl_args, ssh_config), input=stdin_text,
+        done = subprocess.run(ssh_argv(target, lbctl_args, ssh_config, share), input=stdin_text,
                               stdout=subprocess.PIPE,
                               stderr=None if show_stderr else subprocess.PIPE,
                               text=True, timeout=timeout)
@@ -138,7 +143,7 @@ def run_on(target, lbctl_args, stdin_text="", ssh_config=None, timeout=600, show
 
 
 def run_on_each(targets_, lbctl_args_for, stdin_text, ssh_config=None, max_parallel=8,
-                timeout=600):
+                timeout=600, share=True):
     """Run on several nodes at once; {node: Outcome} in the order given."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -147,5 +152,5 @@ def run_on_each(targets_, lbctl_args_for, stdin_text, ssh_config=None, max_paral
         return {}
     with ThreadPoolExecutor(max_workers=min(max_parallel, len(targets_))) as pool:
         futures = {t.node: pool.submit(run_on, t, lbctl_args_for(t), stdin_text, ssh_config,
-                                       timeout) for t in targets_}
+                                       timeout, share=share) for t in targets_}
         return {node: future.result() for node, future in futures.items()}
