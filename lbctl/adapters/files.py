@@ -134,20 +134,22 @@ def sync_dir(directory):
 
 def remove_runtime_dirs(root, cluster_name):
     """After `apply --remove`: the cluster's runtime folder (keepalived's log, pid
-    and health state) and lbctl's own folders once nothing else is in them."""
+    and health state) and lbctl's own folders once nothing else is in them.
+    The lock file, and /run/lbctl with it, go as the lock is released
+    (records.lock.NodeLock.remove_on_release)."""
     import shutil
 
-    from lbctl.layout import DRAIN_DIR, ETC_DIR, OWNERSHIP_DIR, RUN_DIR, Layout
+    from lbctl.layout import DRAIN_DIR, ETC_DIR, OWNERSHIP_DIR, Layout
     from lbctl.state import DAEMON_ORDER
 
     layout = Layout(cluster_name, root)
     shutil.rmtree(layout.real(layout.run_dir), ignore_errors=True)
     files = FilesRoot(root)
     # The drain record goes with the cluster: its workers are not lbctl's here any more.
-    for path in (layout.drain_record, layout.balancer_drained, layout.lock,
+    for path in (layout.drain_record, layout.balancer_drained,
                  *map(layout.loaded, DAEMON_ORDER)):
         files.remove(path)
-    for folder in (RUN_DIR, layout.etc_dir, ETC_DIR, DRAIN_DIR, OWNERSHIP_DIR):
+    for folder in (layout.etc_dir, ETC_DIR, DRAIN_DIR, OWNERSHIP_DIR):
         try:
             os.rmdir(layout.real(folder))
         except OSError:

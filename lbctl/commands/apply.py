@@ -16,8 +16,10 @@ def run(args, out):
     cluster = load_cluster(args.file)  # once: standard input can be read only once
     reached = {}  # the node's role, once known: the exporter reports a balancer's applies
     try:
-        with node_locked(args.root, cluster.name):
+        with node_locked(args.root, cluster.name) as lock:
             code = _apply(args, out, cluster, reached)
+            if args.remove:
+                lock.remove_on_release()
     except PlanChanged:
         raise  # refused before any change: the last apply stands as it was
     except Exception as exc:  # any failure: an OSError is as much a failed apply

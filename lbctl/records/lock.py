@@ -5,6 +5,11 @@ rollout's drain and a person's apply) would each write back what they read,
 and one would undo the other.  The lock is a file only root can open, so no
 other user can hold lbctl up.  It lives under /run: runtime state, gone at
 boot, and never part of what apply declares.
+
+`apply --remove` takes the lock file away with the rest of lbctl, and does
+so as its holder lets go (NodeLock.remove_on_release), never before: a
+newcomer that then makes a new file finds no one inside.  One that waited on
+the old file sees that the path names another file now and locks that one.
 """
 
 import os
@@ -26,10 +31,19 @@ def node_locked(root, cluster_name, timeout=300.0, poll=0.2, holder=None):
 
     layout = Layout(cluster_name, root)
     path = layout.real(layout.lock)
+    folder = os.path.dirname(path)
     deadline = time.monotonic() + timeout
     while True:
-        ensure_dir(root, os.path.dirname(layout.lock))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            ensure_dir(root, os.path.dirname(layout.lock))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except FileNotFoundError as exc:
+            # A removing holder took the lock's folder away just now: make it
+            # again.  Anything else missing (the root itself) is an error.
+            if exc.filename not in (folder, path) or time.monotonic() >= deadline:
+                raise
+            time.sleep(poll)
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -47,12 +61,36 @@ def node_locked(root, cluster_name, timeout=300.0, poll=0.2, holder=None):
         # `apply --remove` deleted the file while this one waited on it: a
         # lock on a file nobody else can open is no lock.  Take the new one.
         os.close(fd)
+    held = NodeLock(fd, path)
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()} {holder or _this_command()}\n".encode(), 0)
-        yield
+        yield held
     finally:
-        os.close(fd)  # and with it the lock
+        held.release()
+
+
+class NodeLock:
+    """The lock node_locked() holds; released when its block ends."""
+
+    def __init__(self, fd, path):
+        self.fd, self.path, self.remove = fd, path, False
+
+    def remove_on_release(self):
+        """Take the lock file, and its folder if nothing else is in it, away
+        as the lock is let go (apply --remove: no trace of lbctl is left)."""
+        self.remove = True
+
+    def release(self):
+        try:
+            if self.remove and _still_the_lock(self.fd, self.path):
+                os.unlink(self.path)
+                try:
+                    os.rmdir(os.path.dirname(self.path))
+                except OSError:
+                    pass  # another cluster's lock, or its runtime folder, is there
+        finally:
+            os.close(self.fd)  # and with it the lock
 
 
 def _still_the_lock(fd, path):
