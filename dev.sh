@@ -28,6 +28,7 @@ APT_PACKAGES=(
   busybox-static                        # lab web servers, and the lab VM's initramfs
   qemu-system-x86 cpio                  # the lab VM where the kernel has no IPVS
   openssh-client openssh-server         # --all over ssh, and an sshd in each lab node
+  sudo                                  # the tests ask sudo whether docs/security.md's narrow rule works
 )
 # The proxies bench/dataplane.py measures direct routing against, and GNU time
 # for the peak memory of one command.
