@@ -67,12 +67,14 @@ PRISTINE = {}  # each node as lbctl found it, before the first apply --all
 
 
 def node_trace(lab, name):
-    """What lbctl could leave on a node: its addresses, IPVS table, the sysctls
+    """What lbctl could leave on a node: its addresses and routes, IPVS table, the sysctls
     lbctl sets, its daemons, nftables (a pair's takeover grace), and every file
     and link under the node's root."""
     node = lab.nodes[name]
     trace = {"addresses": sorted(lab.sh(name, ["ip", "-4", "-o", "address", "show"]).stdout
                                  .split("\n")),
+             "routes": sorted(lab.sh(name, ["ip", "-4", "route", "show", "table", "all"])
+                              .stdout.split("\n")),
              "ipvs": lab.ipvs_rules(name),
              "ipvs timeouts": lab.sh(name, ["ipvsadm", "-L", "--timeout"]).stdout,
              "sysctls": lab.sh(name, ["sysctl", "-a", "--pattern",
@@ -91,6 +93,48 @@ def node_trace(lab, name):
 def ownership_records(lab):
     """Each applied node's ownership record, as text: what lbctl holds there."""
     return {n: open(lab.path(n, "ownership_record")).read() for n in NODES[:5]}
+
+
+def trace_changes(before, after):
+    """{part or file: its lines gone ("- ...") and added ("+ ...")} where
+    two node_trace()s differ."""
+    def lines(value):
+        if value is None:
+            return []
+        if isinstance(value, bytes):
+            value = value.decode("utf-8", "replace")
+        return value.splitlines() if isinstance(value, str) else [repr(value)]
+
+    pairs = {part: (before[part], after[part]) for part in before if part != "files"}
+    for path in before["files"].keys() | after["files"].keys():
+        pairs[path] = (before["files"].get(path), after["files"].get(path))
+    changes = {}
+    for what, (old, new) in pairs.items():
+        if old != new:
+            gone, added = lines(old), lines(new)
+            changes[what] = [f"- {line}" for line in gone if line not in added] + \
+                [f"+ {line}" for line in added if line not in gone]
+    return changes
+
+
+def lbctls_doing(changes):
+    """trace_changes() less what the pair's daemons change as time passes:
+    keepalived's own log (its repeated gratuitous ARPs), the takeover grace's
+    set (its element expires after a takeover) and nftables' packet counts."""
+    counter = re.compile(r" counter packets \d+ bytes \d+")
+
+    def rules(lines, sign):
+        return {counter.sub("", line[2:]) for line in lines
+                if line.startswith(sign) and "elements = " not in line}
+
+    left = {}
+    for what, lines in changes.items():
+        if what.endswith("/keepalived.log"):
+            continue
+        if what == "nftables" and rules(lines, "- ") == rules(lines, "+ "):
+            continue
+        left[what] = lines
+    return left
 
 
 def node_seconds(output):
@@ -122,6 +166,7 @@ def test_apply_all_brings_a_fresh_cluster_up_in_order(lab, fleet, pair_file):
 
 def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):
     lab.sh("pi2", ["ip", "address", "del", f"{WEB_VIP}/32", "dev", "lo"])
+    before = {name: node_trace(lab, name) for name in NODES}
     plan = fleet.lbctl_all("plan", str(pair_file), "--detailed-exitcode")
     assert plan.returncode == 2, plan.stdout + plan.stderr
     assert "changes pending on pi2\n" in plan.stdout
@@ -140,6 +185,11 @@ def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):
     assert sorted((f["node"], f["check"]) for f in report["findings"]) == [
         ("pi2", "direct-route-dropped"), ("pi2", "vip-not-on-lo")], doctor.stdout
     assert report["not_run"] == []
+    assert lab.lbctl("lb1", "validate", str(pair_file)).returncode == 0
+    # None of them changed anything: the drift is still there to be applied.
+    for name in NODES:
+        changes = trace_changes(before[name], node_trace(lab, name))
+        assert not lbctls_doing(changes), f"{name}: {json.dumps(changes, indent=1)}"
 
 
 def test_an_unreachable_node_is_shown_and_stops_apply_there(lab, fleet, pair_file):
