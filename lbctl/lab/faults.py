@@ -6,6 +6,10 @@ import time
 
 from lbctl.lab.shell import run
 
+# The IPVS sync daemon's datagrams: the kernel's multicast group and port.
+SYNC_DATAGRAMS = ["match", "ip", "dst", "224.0.0.81/32", "match", "ip", "protocol", "17", "0xff",
+                  "match", "ip", "dport", "8848", "0xffff"]
+
 
 class Faults:
     """Lab's faults; they act on the nodes of `self.nodes`, and wait with
@@ -38,22 +42,19 @@ class Faults:
         self._drop_arriving(node, 1, ["match", "ip", "protocol", "112", "0xff"] if blocked
                             else None)
 
-    def block_sync(self, node, blocked=True, group="224.0.0.81", port=8848):
+    def block_sync(self, node, blocked=True):
         """Drop the IPVS sync daemon's multicast arriving at a node, as a firewall or a
         switch's IGMP snooping would: VRRP and clients are not affected."""
-        match = ["match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
-                 "match", "ip", "dport", str(port), "0xffff"]
-        self._drop_arriving(node, 2, match if blocked else None)
+        self._drop_arriving(node, 2, SYNC_DATAGRAMS if blocked else None)
 
-    def delay_sync(self, node, seconds, group="224.0.0.81", port=8848):
+    def delay_sync(self, node, seconds):
         """Hold the IPVS sync daemon's multicast leaving a node for `seconds`
         (netem), as a slow or busy network would; 0 sends it at once again.
         Everything else leaves the node undelayed."""
-        netns = self.nodes[node].netns
-        run(["tc", "-n", netns, "qdisc", "del", "dev", "eth0", "root"], check=False)
+        tc = ["tc", "-n", self.nodes[node].netns]
+        run([*tc, "qdisc", "del", "dev", "eth0", "root"], check=False)
         if not seconds:
             return
-        tc = ["tc", "-n", netns]
         # Two bands: every priority to the first; the filter alone puts the
         # sync daemon's datagrams in the second, the delayed one.
         run([*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "prio", "bands", "2",
@@ -61,8 +62,7 @@ class Faults:
         run([*tc, "qdisc", "add", "dev", "eth0", "parent", "1:2", "handle", "20:",
              "netem", "delay", f"{seconds}s"])
         run([*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
-             "u32", "match", "ip", "dst", f"{group}/32", "match", "ip", "protocol", "17", "0xff",
-             "match", "ip", "dport", str(port), "0xffff", "flowid", "1:2"])
+             "u32", *SYNC_DATAGRAMS, "flowid", "1:2"])
 
     def _drop_arriving(self, node, pref, match):
         """A u32 drop rule on the ingress of a node's eth0, one per `pref` (so VRRP
