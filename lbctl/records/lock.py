@@ -31,11 +31,12 @@ def node_locked(root, cluster_name, timeout=300.0, poll=0.2, holder=None):
 
     layout = Layout(cluster_name, root)
     path = layout.real(layout.lock)
-    folder = os.path.dirname(path)
+    lock_dir = os.path.dirname(layout.lock)
+    folder = layout.real(lock_dir)
     deadline = time.monotonic() + timeout
     while True:
         try:
-            ensure_dir(root, os.path.dirname(layout.lock))
+            ensure_dir(root, lock_dir)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         except FileNotFoundError as exc:
             # A removing holder took the lock's folder away just now: make it
