@@ -133,6 +133,12 @@ class Layout:
         return f"{self.run_dir}/announce"
 
     @property
+    def checker_fifo(self):
+        """Mode ecmp: keepalived's checker makes it, and runs the announce hook
+        each time it starts (see lbctl-announce)."""
+        return f"{self.run_dir}/checker.fifo"
+
+    @property
     def last_apply(self):
         """When apply last ran here and whether it succeeded (for the exporter)."""
         return f"{self.run_dir}/last-apply.json"

@@ -167,14 +167,17 @@ def test_the_router_spreads_flows_over_every_balancer(both):
     assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
 
 
+# lb2's packets to the workers' web port, so its checks, dropped.
+_CHECKS_DROPPED = (f"table ip ecmp_test {{\n  chain out {{\n    type filter hook output "
+                   f"priority 0;\n    ip saddr {LB2} tcp dport 80 drop\n  }}\n}}\n")
+
+
 def test_a_balancer_that_loses_every_worker_withdraws_the_vip(both):
     lab = both
     # lb2's checks get no answer from any worker (their packets from lb2's
     # own address are dropped): keepalived marks every worker down, its quorum
     # hook has BIRD withdraw the VIP, and the router sends lb1 everything.
-    table = (f"table ip ecmp_test {{\n  chain out {{\n    type filter hook output priority 0;\n"
-             f"    ip saddr {LB2} tcp dport 80 drop\n  }}\n}}\n")
-    lab.sh("lb2", ["nft", "-f", "-"], input=table)
+    lab.sh("lb2", ["nft", "-f", "-"], input=_CHECKS_DROPPED)
     try:
         took = _waited(lab, ["lb1"], "lb2")
         report("ecmp withdraw on health", seconds=f"{took:.1f}")
@@ -184,6 +187,35 @@ def test_a_balancer_that_loses_every_worker_withdraws_the_vip(both):
     finally:
         lab.sh("lb2", ["nft", "delete table ip ecmp_test"], check=False)
     # The checks pass again: lb2 offers the VIP again.
+    _waited(lab, ["lb1", "lb2"], "lb2")
+
+
+def test_a_checker_keepalived_restarts_vouches_only_for_what_it_checked(both):
+    """keepalived restarts its checker process when it dies.  The new
+    checker reports nothing until a worker passes its checks, so when none
+    does, what the dead one reported (every worker up) must not keep lb2
+    offering the VIP."""
+    lab = both
+    keepalived = lab.keepalived_pids("lb2")[0]
+    with open(lab.path("lb2", "pid_file", "checkers")) as fh:
+        checker = int(fh.read())
+    # keepalived stopped, so that its new checker starts only once lb2's
+    # checks get no answer from any worker (the nft table below).
+    os.kill(keepalived, signal.SIGSTOP)
+    try:
+        os.kill(checker, signal.SIGKILL)
+        lab.sh("lb2", ["nft", "-f", "-"], input=_CHECKS_DROPPED)
+    finally:
+        os.kill(keepalived, signal.SIGCONT)
+    try:
+        lab.wait_for(lambda: lab.keepalived_pids("lb2")[-1] not in (keepalived, checker),
+                     what="a new checker on lb2")
+        took = _waited(lab, ["lb1"], "lb2", timeout=15)
+        report("ecmp withdraw on a new checker", seconds=f"{took:.1f}")
+        _all_served(lab, 10)
+    finally:
+        lab.sh("lb2", ["nft", "delete table ip ecmp_test"], check=False)
+    # The new checker's checks pass: lb2 offers the VIP again.
     _waited(lab, ["lb1", "lb2"], "lb2")
 
 

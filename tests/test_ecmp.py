@@ -206,13 +206,16 @@ def test_keepalived_runs_checks_and_quorum_hooks_but_no_vrrp(tmp_path):
     # mh-fallback, new flows hashed to it would be dropped.
     assert conf.count("    mh-fallback\n") == 2
     assert conf.count("    omega\n") == 2 and conf.count("    quorum 1\n") == 2
+    # Each start of keepalived's checker process runs the hook too.
+    assert f"    lvs_notify_fifo {layout.real(layout.checker_fifo)}\n" in conf
+    assert f'    lvs_notify_fifo_script "{hook} started" root\n' in conf
 
 
 def test_keepalived_accepts_the_ecmp_config(tmp_path):
     text = ECMP.replace("scheduler_flags: [mh-port]}", "scheduler_flags: [mh-port],\n"
                         "       health: {http: {path: /}}}")
     conf, findings = keepalived_findings(tmp_path, text)
-    assert "quorum_up" in conf and "HTTP_GET" in conf
+    assert "quorum_up" in conf and "HTTP_GET" in conf and "lvs_notify_fifo_script" in conf
     assert findings == []
 
 
@@ -299,6 +302,24 @@ def test_a_record_of_a_checker_that_is_gone_counts_as_down(bird):
     (folder / "dns.state").write_text(f"{state} {ticks} {pid} {dead}\n")
     assert hook("sync").returncode == 0
     assert offered() == []
+
+
+def test_a_checker_that_starts_withdraws_what_the_dead_one_reported(bird):
+    # keepalived restarted its checker after it died, and the new one has
+    # found no healthy worker yet: it runs the hook with `started` and the
+    # FIFO's name, which withdraws the dead checker's word, and quietly.
+    hook, offered, folder, _socket = bird
+    for service in ("web", "ssh", "dns"):
+        hook("event", service, "up")
+    assert offered() == ["10.200.0.10", "10.200.0.11"]
+    state, ticks, pid, _checker = (folder / "dns.state").read_text().split()
+    (folder / "dns.state").write_text(f"{state} {ticks} {pid} {_dead_pid()}\n")
+    started = hook("started", str(folder.parent / "checker.fifo"))
+    assert (started.returncode, started.stdout, started.stderr) == (0, "", "")
+    assert offered() == ["10.200.0.10"]
+    # Started anew with every checker alive (a reload): nothing changes.
+    assert hook("started", str(folder.parent / "checker.fifo")).returncode == 0
+    assert offered() == ["10.200.0.10"]
 
 
 def _dead_pid():

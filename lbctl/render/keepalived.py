@@ -48,6 +48,7 @@ def render_keepalived_conf(cluster, node, interface, layout, draining=(), draine
                            f"{layout.nft_table} {anchor}",
                   state_dir=layout.real(layout.state_dir),
                   announce=" ".join(layout.announce_argv()) if cluster.mode == Mode.ECMP else None,
+                  checker_fifo=layout.real(layout.checker_fifo),
                   announce_keys={svc.name: announce_key(svc) for svc in cluster.services.values()})
 
 
