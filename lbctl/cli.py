@@ -187,7 +187,7 @@ def build_parser():
                        help="serve this balancer's health, drains, weights, VRRP role, sync "
                        "and drift as Prometheus metrics")
     p.add_argument("file", nargs="?", help="cluster file to name things by (default: those "
-                   "last applied here, re-read at each scrape)")
+                   "last applied here, read again once an apply changed them)")
     p.add_argument("--listen", metavar="ADDRESS:PORT",
                    help="where to serve /metrics (default 127.0.0.1:9588: this host only)")
     p.add_argument("--drift-every", metavar="S", type=float, default=60.0,

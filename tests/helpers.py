@@ -1,5 +1,8 @@
 """Small builders shared by the unit tests."""
 
+import json
+from pathlib import Path
+
 from lbctl.config.load import parse_document
 from lbctl.config.validate import validate
 
@@ -113,3 +116,18 @@ def service_status(service="tcp 192.168.100.10:80", real_servers=(), **fields):
     return {"service": service, "scheduler": "wrr", "persistence": 0, "connections": 0,
             "conns_per_s": 0, "in_packets": 0, "in_bytes": 0, "in_packets_per_s": 0,
             "in_bytes_per_s": 0, "real_servers": servers, **fields}
+
+
+def applied_here(root, text):
+    """A cluster applied on this balancer before, as apply leaves it: its
+    ownership record and its saved copy under `root`."""
+    from lbctl.engine.desired import SAVED_COPY_HEADER
+    from lbctl.layout import Layout
+
+    cluster = cluster_from(text)
+    layout = Layout(cluster.name, str(root))
+    for path, content in ((layout.real(layout.saved_copy), SAVED_COPY_HEADER + text),
+                          (layout.real(layout.ownership_record), json.dumps({"node": "lb1"}))):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(content)
+    return cluster

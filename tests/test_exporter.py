@@ -7,12 +7,14 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from helpers import PI_SINGLE, cluster_from
+from helpers import PI_SINGLE, applied_here, cluster_from
 from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsSnapshot, SyncDaemon
 from lbctl.commands.exporter import parse_listen
 from lbctl.config.model import ServiceKey
 from lbctl.records.drains import with_drain, write_drains
+from lbctl.records.saved import SavedCopies
+from lbctl.status.collect import learned_connections
 from lbctl.errors import UsageError
 from lbctl.status.exporter import LbctlCollector
 from lbctl.records.last_apply import record_last_apply
@@ -108,6 +110,62 @@ def test_listen_must_be_an_ipv4_address_and_a_port(text):
 
 def test_listen_takes_an_address_and_port():
     assert parse_listen("0.0.0.0:9588") == ("0.0.0.0", 9588)
+
+
+SYNC_HEADER = "Pro FromIP   FPrt ToIP     TPrt DestIP   DPrt State       Origin Expires\n"
+
+
+def _learned_rows(count):
+    return "".join(f"TCP C0A86414 {0xD000 + n:04X} C0A8640A 0050 C0A86403 0050 ESTABLISHED "
+                   "SYNC       895\n" for n in range(count))
+
+
+def test_the_learned_count_is_kept_twenty_times_as_long_as_it_took(tmp_path):
+    # Counting reads the kernel's whole connection table: a big one takes a
+    # Pi a while, and Prometheus may scrape often.  Here each count takes 0.5 s.
+    table = tmp_path / "ip_vs_conn_sync"
+    table.write_text(SYNC_HEADER + _learned_rows(3))
+    now = [1000.0]
+
+    def count():
+        now[0] += 0.5
+        return learned_connections(str(table))
+    registry = CollectorRegistry(auto_describe=False)
+    daemons = [SyncDaemon("backup", "eth0", 51, "224.0.0.81", 8848)]
+    registry.register(LbctlCollector(str(tmp_path), lambda: [cluster_from(PAIR)],
+                                     lambda: IpvsSnapshot([], daemons, {}), lambda c: 0,
+                                     clock=lambda: now[0], learned=count))
+
+    def learned():
+        text = generate_latest(registry).decode()
+        return [line for line in text.splitlines()
+                if line.startswith("lbctl_sync_learned_connections ")]
+    assert learned() == ["lbctl_sync_learned_connections 3.0"]
+    table.write_text(SYNC_HEADER + _learned_rows(5))
+    now[0] = 1010.4  # the count ended at 1000.5, and is kept for 20 x 0.5 s
+    assert learned() == ["lbctl_sync_learned_connections 3.0"]
+    now[0] = 1010.5
+    assert learned() == ["lbctl_sync_learned_connections 5.0"]
+
+
+def test_the_saved_copies_are_validated_again_only_once_an_apply_changed_them(tmp_path):
+    clusters = SavedCopies(str(tmp_path))
+    applied_here(tmp_path, PAIR)
+    (first,) = clusters()
+    assert clusters() == [first] and clusters()[0] is first  # not read and validated again
+    # An apply writes a new copy and renames it into place.
+    applied_here(tmp_path, PAIR.replace("  pi3: {address: 192.168.100.6, weight: 2}\n", ""))
+    (second,) = clusters()
+    assert sorted(second.workers) == ["pi1", "pi2"] and sorted(first.workers) == [
+        "pi1", "pi2", "pi3"]
+    assert clusters()[0] is second
+    # One that no longer loads is left out, and shows again once mended.
+    copy = tmp_path / "etc/lbctl/pi-web.yaml"
+    copy.write_text("cluster: [\n")
+    assert clusters() == []
+    applied_here(tmp_path, PAIR)
+    (mended,) = clusters()
+    assert sorted(mended.workers) == ["pi1", "pi2", "pi3"]
 
 
 def test_drift_is_kept_a_while_but_made_again_at_once_after_an_apply(tmp_path):

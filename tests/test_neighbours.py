@@ -1,10 +1,8 @@
 """Clusters that share a balancer: what the kernel holds once for all of them."""
 
-import json
 from pathlib import Path
 
-from helpers import cluster_from
-from lbctl.engine.desired import SAVED_COPY_HEADER
+from helpers import applied_here
 from lbctl.engine.neighbours import clusters_here, shared_kernel_warnings
 from lbctl.layout import Layout
 
@@ -15,18 +13,6 @@ SINGLE = (GOLDEN / "pi-single.yaml").read_text()
 
 def named(text, name, timeouts=""):
     return timeouts + text.replace("cluster: pi-web", f"cluster: {name}")
-
-
-def applied_here(root, text):
-    """A cluster applied on this balancer before, as apply leaves it: its
-    ownership record and its saved copy under `root`."""
-    cluster = cluster_from(text)
-    layout = Layout(cluster.name, str(root))
-    for path, content in ((layout.real(layout.saved_copy), SAVED_COPY_HEADER + text),
-                          (layout.real(layout.ownership_record), json.dumps({"node": "lb1"}))):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(content)
-    return cluster
 
 
 def test_a_second_pair_on_a_balancer_is_named_with_what_it_costs(tmp_path):

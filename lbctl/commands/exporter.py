@@ -20,7 +20,7 @@ def run(args, out):
     from prometheus_client.registry import CollectorRegistry
 
     from lbctl.adapters.ipvs import IpvsNetlink
-    from lbctl.records.saved import saved_clusters
+    from lbctl.records.saved import SavedCopies
     from lbctl.status.exporter import LbctlCollector
 
     from lbctl.config.model import DEFAULT_EXPORTER_LISTEN
@@ -35,8 +35,7 @@ def run(args, out):
         def clusters():
             return [given]
     else:
-        def clusters():
-            return saved_clusters(args.root, strict=False)
+        clusters = SavedCopies(args.root)
 
     registry = CollectorRegistry(auto_describe=False)
     registry.register(Reused(LbctlCollector(args.root, clusters, IpvsNetlink().snapshot,

@@ -16,24 +16,55 @@ def _real(root, name):
     return layout.real(layout.saved_copy)
 
 
-def saved_clusters(root, strict=True, leave_out=None):
+def saved_clusters(root, strict=True, leave_out=None, load=None):
     """The clusters applied here that have a saved copy, loaded from it (but
     the one named `leave_out`).  `strict` False (status, the exporter,
     apply's look at its neighbours): a copy that no longer loads is left out
-    rather than stopping a report on the rest."""
-    from lbctl.config import load_cluster
+    rather than stopping a report on the rest.  `load(path)`: load_cluster
+    unless given (SavedCopies)."""
     from lbctl.errors import LbctlError
     from lbctl.records.ownership import applied_here
 
+    if load is None:
+        from lbctl.config import load_cluster as load
     found = []
     for name, _node in applied_here(root, OWNERSHIP_DIR):
         if name != leave_out and os.path.exists(_real(root, name)):
             try:
-                found.append(load_cluster(_real(root, name)))
+                found.append(load(_real(root, name)))
             except LbctlError:
                 if strict:
                     raise
     return found
+
+
+class SavedCopies:
+    """saved_clusters(root, strict=False) for a process that asks again and
+    again (the exporter, at each scrape): a saved copy is read and validated
+    again only once it changed.  apply renames a new copy into place, so a
+    copy is the same while its inode, size and time are."""
+
+    def __init__(self, root):
+        self.root = root
+        self._loaded = {}  # {path: ((device, inode, size, mtime), Cluster)}
+
+    def __call__(self):
+        used = {}
+        found = saved_clusters(self.root, strict=False,
+                               load=lambda path: self._load(path, used))
+        self._loaded = used  # what is no longer applied here is forgotten
+        return found
+
+    def _load(self, path, used):
+        from lbctl.config import load_cluster
+
+        info = os.stat(path)
+        identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        kept = self._loaded.get(path)
+        # Stat first, then read: a copy replaced in between is read anew next time.
+        cluster = kept[1] if kept is not None and kept[0] == identity else load_cluster(path)
+        used[path] = (identity, cluster)
+        return cluster
 
 
 def applied_cluster(root, name=None, worker=None):

@@ -132,7 +132,7 @@ def learned_connections(path=CONN_SYNC_TABLE):
                 return 0
             origin, state, client_port = (header.index(k) for k in ("Origin", "State", "FPrt"))
             # Line by line: a busy balancer's table runs to hundreds of
-            # thousands of entries, and the exporter reads it at every scrape.
+            # thousands of entries, and the exporter reads it often.
             # Persistence templates are not connections: state NONE, client port 0.
             return sum(1 for fields in map(str.split, fh)
                        if len(fields) > origin and fields[origin] == "SYNC"

@@ -4,11 +4,17 @@ node_exporter's ipvs collector already exports the kernel's counters per real
 server (connections, packets, bytes, weight).  This exports the rest, named
 by the cluster file: each worker's health and since when, drains, the file's
 weight beside the kernel's, the VRRP role and how often it changed, the sync
-daemons, drift from the file, and the last apply.  Every scrape reads it all
-afresh; drift (a whole plan) is kept for `drift_every` seconds (60 by
-default), since a Pi takes a moment to make one, and made again at once after
-an apply, so a node that an apply brought back in step shows so at the next
-scrape.
+daemons, drift from the file, and the last apply.  Every scrape reads it
+afresh but for three things that cost a Pi a moment each:
+- drift (a whole plan) is kept for `drift_every` seconds (60 by default),
+  and made again at once after an apply, so a node that an apply brought
+  back in step shows so at the next scrape;
+- the saved copies are validated again only once an apply changed them
+  (records.saved.SavedCopies);
+- the count of connections learned from the peer reads the kernel's whole
+  connection table (hundreds of thousands of lines on a busy balancer), so
+  a count is kept for LEARNED_REUSE times as long as it took to make: it
+  costs at most a twentieth of a CPU, however often Prometheus scrapes.
 """
 
 import time
@@ -16,6 +22,7 @@ import time
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 DRIFT_SECONDS = 60
+LEARNED_REUSE = 20
 VRRP_STATES = ("MASTER", "BACKUP", "FAULT", "STOP")
 
 
@@ -23,15 +30,20 @@ class LbctlCollector:
     """A prometheus_client collector over this balancer's state (see module doc).
 
     `clusters()` gives the cluster files to name things by (the saved copies,
-    re-read each scrape so an apply is seen), `snapshot()` the IPVS snapshot or
-    None, `drift(cluster)` the number of pending changes (None: not known).
+    asked for each scrape so an apply is seen), `snapshot()` the IPVS snapshot or
+    None, `drift(cluster)` the number of pending changes (None: not known),
+    `learned()` the number of connections learned from the peer.
     """
 
     def __init__(self, root, clusters, snapshot, drift, clock=time.monotonic,
-                 drift_every=DRIFT_SECONDS):
+                 drift_every=DRIFT_SECONDS, learned=None):
+        from lbctl.status.collect import learned_connections
+
         self.root, self.clusters, self.snapshot, self.drift = root, clusters, snapshot, drift
         self.clock, self.drift_every = clock, drift_every
+        self.learned = learned or learned_connections
         self._drift = {}  # {cluster: (when, last apply's time, changes)}
+        self._learned = None  # (until when it is kept, the count)
 
     def collect(self):
         from lbctl.status.collect import drains_here, keepalived_states
@@ -100,10 +112,7 @@ class LbctlCollector:
             changes.add_metric([cluster.name], info.transitions)
         return role, since, changes
 
-    @staticmethod
-    def _sync(snapshot):
-        from lbctl.status.collect import learned_connections
-
+    def _sync(self, snapshot):
         running = GaugeMetricFamily("lbctl_sync_daemon_running", "1 for each IPVS connection "
                                     "sync daemon running", labels=["role", "interface"])
         learned = GaugeMetricFamily("lbctl_sync_learned_connections", "Connections this "
@@ -112,8 +121,17 @@ class LbctlCollector:
             for d in snapshot.sync_daemons:
                 running.add_metric([d.role, d.interface], 1)
             if snapshot.sync_daemons:
-                learned.add_metric([], learned_connections())
+                learned.add_metric([], self._learned_count())
         return running, learned
+
+    def _learned_count(self):
+        began = self.clock()
+        if self._learned is not None and began < self._learned[0]:
+            return self._learned[1]
+        count = self.learned()
+        ended = self.clock()
+        self._learned = (ended + LEARNED_REUSE * (ended - began), count)
+        return count
 
     def _drift_and_apply(self, clusters, read_last_apply):
         drift = GaugeMetricFamily("lbctl_drift_changes", "Changes `lbctl apply` of the file as "
