@@ -9,6 +9,7 @@ import stat
 import threading
 from pathlib import Path
 
+from lbctl.adapters.ipvs import READ_NEEDS_ROOT
 from lbctl.layout import ETC_DIR, RUN_DIR
 from test_keepalived import ALL_WEB, ipvs_web_serving, pair  # noqa: F401
 
@@ -41,6 +42,20 @@ def test_two_applies_under_umask_077_both_finish_and_their_checks_pass(lab, pair
     plan = lab.lbctl("lb1", "plan", str(pair), "--detailed-exitcode")
     assert plan.returncode == 0, plan.stdout + plan.stderr
     lab.wait_for_roles()
+
+
+def test_plan_and_status_without_root_ask_for_it(lab, pair):
+    # Here ip_vs is loaded and the kernel refuses its every request without
+    # CAP_NET_ADMIN (tests/test_without_root.py has a kernel that has not
+    # loaded it).  Root with every capability dropped is such a user.
+    no_capabilities = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
+    for args in (("plan", str(pair)), ("status",)):
+        done = lab.sh("lb1", no_capabilities + lab.lbctl_argv(*args, node="lb1"), check=False,
+                      timeout=120)
+        assert (done.returncode, done.stderr) == (1, f"lbctl: {READ_NEEDS_ROOT}\n"), \
+            done.stdout + done.stderr
+    plan = lab.lbctl("lb1", "plan", str(pair), "--detailed-exitcode")
+    assert plan.returncode == 0, plan.stdout + plan.stderr
 
 
 def test_traps_in_the_state_folder_neither_hang_nor_crash_status_or_apply(lab, pair):

@@ -1,6 +1,7 @@
 """How status reads on a balancer and on a worker."""
 
 import errno
+import subprocess
 from dataclasses import replace
 
 import pytest
@@ -161,7 +162,10 @@ def no_ip_vs(monkeypatch):
 
     loaded = []
     monkeypatch.setattr(ipvs_wire, "GenlSocket", NoIpvsFamily)
-    monkeypatch.setattr(ipvs, "run", lambda argv, **k: loaded.append(argv))
+    def run(argv, **_kwargs):
+        loaded.append(argv)
+        return subprocess.CompletedProcess(argv, 1, "", "modprobe: FATAL: Module ip_vs not found")
+    monkeypatch.setattr(ipvs, "run", run)
     return loaded
 
 

@@ -20,6 +20,10 @@ from lbctl.errors import KernelError
 PROTOCOL_NAMES = {v: k for k, v in ipvs_wire.PROTOCOLS.items()}
 SYNC_ROLES = {ipvs_wire.IP_VS_STATE_MASTER: "master", ipvs_wire.IP_VS_STATE_BACKUP: "backup"}
 SYNC_STATES = {role: state for state, role in SYNC_ROLES.items()}
+# What a reader without root is told: the kernel refuses it every IPVS
+# request (EPERM), reads as much as writes.
+READ_NEEDS_ROOT = ("reading IPVS needs root: the kernel answers IPVS requests, reads "
+                   "included, only to a process with CAP_NET_ADMIN; run it with sudo")
 
 
 def _ipvs_family(sock, load_module=True):
@@ -32,12 +36,30 @@ def _ipvs_family(sock, load_module=True):
             return None
     # Looking the netlink family up does not load ip_vs, and on a node that has
     # never run IPVS it is not loaded yet.
-    run([MODPROBE, "-q", "ip_vs"])
+    loading = run([MODPROBE, "-q", "ip_vs"])
     try:
         return sock.family("IPVS")
     except FileNotFoundError:
+        if loading.returncode != 0 and not holds_capability(CAP_SYS_MODULE):
+            raise KernelError("the ip_vs module is not loaded, and loading it needs root: "
+                              "run it with sudo") from None
         raise KernelError("this kernel has no IPVS (the ip_vs module is missing or cannot "
                           "load); on a machine without it, try the lab: lbctl lab demo") from None
+
+
+CAP_SYS_MODULE = 16  # linux/capability.h
+
+
+def holds_capability(number, status="/proc/self/status"):
+    """Whether this process holds capability `number` now (its CapEff)."""
+    try:
+        with open(status, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> number & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return True  # unknown: say what the kernel said
 
 
 class IpvsNetlink:
@@ -70,6 +92,10 @@ class IpvsNetlink:
         try:
             family = _ipvs_family(sock, self.load_module or write)
             return absent if family is None else call(sock, family)
+        except PermissionError:
+            if write:
+                raise  # apply names the write that was refused (execute.py)
+            raise KernelError(READ_NEEDS_ROOT) from None
         finally:
             sock.close()
 
@@ -87,6 +113,8 @@ class IpvsNetlink:
             table = sock.ipvs_table(family)
             daemons = sock.sync_daemons(family)
             timeouts = sock.timeouts(family)
+        except PermissionError:
+            raise KernelError(READ_NEEDS_ROOT) from None
         finally:
             sock.close()
         return IpvsSnapshot([self._service(svc, dests) for svc, dests in table],
