@@ -3,6 +3,8 @@
 import errno
 import os
 import socket
+import subprocess
+import sys
 from ipaddress import IPv4Address
 
 import pytest
@@ -42,3 +44,21 @@ def test_an_interface_that_is_not_there_raises_oserror():
     with pytest.raises(OSError) as raised:
         announce([VIP], "no-such-if0", sleep=lambda s: None)
     assert raised.value.errno == errno.ENODEV
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="packet sockets need root")
+def test_the_units_command_announces_each_address_and_says_what_failed():
+    # As keepalived's unit runs it after putting the VIPs back at boot.
+    command = [sys.executable, "-I", "-m", "lbctl.adapters.garp"]
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as seen:
+        seen.bind(("lo", ETH_P_ARP))
+        seen.settimeout(5)
+        done = subprocess.run([*command, "lo", str(VIP), str(OTHER)], capture_output=True,
+                              text=True, timeout=30)
+        assert (done.returncode, done.stderr) == (0, "")
+        frames = [Ether(seen.recv(2048)) for _ in range(6)]
+    assert sorted(f[ARP].psrc for f in frames) == sorted([str(VIP), str(OTHER)] * 3)
+    gone = subprocess.run([*command, "no-such-if0", str(VIP)], capture_output=True, text=True,
+                          timeout=30)
+    assert gone.returncode == 1
+    assert gone.stderr.startswith(f"lbctl: could not announce {VIP} on no-such-if0: "), gone.stderr

@@ -16,6 +16,7 @@ Pi seconds and tens of MB on every apply that adds a VIP.
 
 import socket
 import struct
+import sys
 import time
 
 ETH_P_ARP = 0x0806
@@ -50,3 +51,25 @@ def announce(ips, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):
                 sleep(spacing)
             for frame in frames:
                 sock.send(frame)
+
+
+def main(argv):
+    """`python -m lbctl.adapters.garp IFNAME ADDRESS...`: keepalived's unit
+    announces the VIPs it has just put back on the LAN interface at boot."""
+    from ipaddress import IPv4Address, AddressValueError
+
+    if len(argv) < 2:
+        print("usage: python -m lbctl.adapters.garp IFNAME ADDRESS...", file=sys.stderr)
+        return 64
+    try:
+        ips = [IPv4Address(text) for text in argv[1:]]
+        announce(ips, argv[0])
+    except (AddressValueError, OSError) as exc:
+        print(f"lbctl: could not announce {' '.join(argv[1:])} on {argv[0]}: {exc}",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

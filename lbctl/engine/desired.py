@@ -222,8 +222,11 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
         state.stray_sync = (interface, cluster.vrrp.router_id)
     # A pair's VIPs come from VRRP; the others' unit puts them back at boot.
     boot_vips = [] if cluster.mode == Mode.FAILOVER else sorted(vips)
+    # On the LAN (mode single) they are announced too; on lo (mode ecmp) never.
+    announcer = boot.python if boot is not None and cluster.mode == Mode.SINGLE else None
     _enable(state, "keepalived", render_keepalived_unit(layout, state.sysctls, boot_vips,
-                                                        bird=cluster.mode == Mode.ECMP))
+                                                        bird=cluster.mode == Mode.ECMP,
+                                                        python=announcer))
     programs = frozenset(svc.health.command[0] for svc in cluster.services.values()
                          if svc.health is not None and svc.health.kind == "exec")
     _run_daemon(state, KEEPALIVED, layout.conf,

@@ -135,11 +135,15 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
 
 def _boot_apply(cluster, root):
     """The saved copy, and the interpreter for the units that run lbctl: the
-    netlink engine's boot unit (keepalived brings its balancers back itself)
+    netlink engine's boot unit (keepalived brings its balancers back itself),
+    a single balancer's keepalived unit (it announces the VIPs it puts back)
     and the exporter's.  Checked only where systemd will run them: a --root
     tree (the lab) holds units no boot reads."""
+    from lbctl.config.model import Mode
+
     python = sys.executable
-    needs_python = cluster.engine == "netlink" or cluster.exporter is not None
+    needs_python = (cluster.engine == "netlink" or cluster.mode == Mode.SINGLE
+                    or cluster.exporter is not None)
     if not re.fullmatch(r"/[A-Za-z0-9_./+-]+", python):
         if needs_python:
             raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "

@@ -76,11 +76,12 @@ def render_takeover_rules(cluster, layout):
 
 
 def render_keepalived_unit(layout, ipvs_sysctls=None, vips=(), keepalived="/usr/sbin/keepalived",
-                           ip="/usr/sbin/ip", bird=False):
+                           ip="/usr/sbin/ip", bird=False, python=None):
     """The unit; `ipvs_sysctls` are set after ip_vs loads (sysctl.d runs too early),
     and `vips` (Addresses) are the ones the balancer holds itself (after the
     sysctls: in mode ecmp those keep it from answering ARP for them).
-    `bird`: mode ecmp, where BIRD runs with keepalived."""
+    `bird`: mode ecmp, where BIRD runs with keepalived.  `python`: the
+    interpreter that announces `vips` once they are back (mode single)."""
     settings = [f"{key}={' '.join(value.split())}" for key, value in (ipvs_sysctls or {}).items()]
     companion = None
     if bird:
@@ -90,7 +91,7 @@ def render_keepalived_unit(layout, ipvs_sysctls=None, vips=(), keepalived="/usr/
     return render("systemd", "lbctl-keepalived.service", cluster=layout.cluster,
                   argv=" ".join(keepalived_argv(layout, keepalived)), settings=settings,
                   state_dir=layout.real(layout.state_dir), script_user=SCRIPT_USER,
-                  vips=vips, ip=ip, bird=companion)
+                  vips=vips, ip=ip, bird=companion, python=python)
 
 
 def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):
