@@ -168,6 +168,24 @@ def test_the_saved_copies_are_validated_again_only_once_an_apply_changed_them(tm
     assert sorted(mended.workers) == ["pi1", "pi2", "pi3"]
 
 
+def test_a_saved_copy_removed_while_it_is_read_is_left_out(tmp_path, monkeypatch):
+    # apply --remove deletes the copy between the listing and the read.
+    from lbctl.records import saved
+
+    clusters = SavedCopies(str(tmp_path))
+    applied_here(tmp_path, PAIR)
+    listed = saved.os.path.exists
+    copy = tmp_path / "etc/lbctl/pi-web.yaml"
+
+    def exists_then_removed(path):
+        found = listed(path)
+        if found and path == str(copy):
+            copy.unlink()
+        return found
+    monkeypatch.setattr(saved.os.path, "exists", exists_then_removed)
+    assert clusters() == []
+
+
 def test_drift_is_kept_a_while_but_made_again_at_once_after_an_apply(tmp_path):
     now, asked = [1000.0], []
     found = {"pending": 3}

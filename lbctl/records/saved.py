@@ -58,7 +58,12 @@ class SavedCopies:
     def _load(self, path, used):
         from lbctl.config import load_cluster
 
-        info = os.stat(path)
+        try:
+            info = os.stat(path)
+        except OSError:
+            # Gone since it was listed (an apply --remove): load_cluster says
+            # so as an LbctlError, which leaves it out of this scrape.
+            return load_cluster(path)
         identity = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         kept = self._loaded.get(path)
         # Stat first, then read: a copy replaced in between is read anew next time.
