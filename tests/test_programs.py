@@ -178,6 +178,41 @@ def test_a_python_that_cannot_import_lbctl_isolated_gets_no_boot_unit(folder_und
         require_root_only_python(str(venv / "bin" / "python"))
 
 
+@needs_root
+def test_a_python_a_user_owns_costs_a_single_balancer_only_its_announcement(
+        folder_under, monkeypatch):
+    """keepalived brings a single balancer back by itself: its unit runs
+    Python only to announce the VIPs.  A venv a user owns leaves that out
+    with a warning; the units that need Python refuse it as before."""
+    from lbctl.engine.desired import desired_state
+    from lbctl.engine.node import _boot_apply
+    from lbctl.errors import NodeError
+    from lbctl.layout import Layout
+
+    venv, _ = venv_with_lbctl(folder_under("/run"))
+    os.chown(venv, 1000, 1000)
+    monkeypatch.setattr(sys, "executable", str(venv / "bin" / "python"))
+    pair = (Path(__file__).parent.parent / "examples" / "pi-pair.yaml").read_text()
+    text = pair.replace("  lb2: {address: 192.168.100.5, interface: eth0, priority: 100}\n", "")
+    single = cluster_from(text)
+    assert single.engine == "keepalived" and single.mode.value == "single"
+    boot, warning = _boot_apply(single, "/")
+    assert not boot.announce
+    assert warning.startswith("the keepalived unit will not announce the VIPs it puts back at "
+                              f"boot (gratuitous ARP): the boot unit would run {venv}/bin/python")
+    files = desired_state(single, "lb1", "eth0", layout=Layout(single.name), boot=boot).files
+    unit = files[Layout(single.name).unit_file("keepalived")].content
+    assert "address replace 192.168.100.10/32" in unit and "garp" not in unit
+    # The same Python, root's alone: the unit announces.
+    os.chown(venv, 0, 0)
+    boot, warning = _boot_apply(single, "/")
+    assert boot.announce and warning is None
+    os.chown(venv, 1000, 1000)
+    with pytest.raises(NodeError, match="owned by uid 1000"):
+        _boot_apply(cluster_from((Path(__file__).parent.parent / "examples" /
+                                  "pi-single.yaml").read_text()), "/")
+
+
 def test_a_program_that_outlives_its_bound_is_killed_with_its_children(tmp_path):
     """apply's bound on a hook must not leave the hook's child running with
     what the hook locked (lbctl-announce's birdc held its folder's lock)."""

@@ -109,10 +109,13 @@ def strip_saved_copy_header(text):
 
 @dataclass(frozen=True)
 class BootApply:
-    """What a balancer's boot unit needs: the file to keep and the Python that runs lbctl."""
+    """What a balancer's boot unit needs: the file to keep and the Python that
+    runs lbctl.  `announce`: that Python may also announce a single balancer's
+    VIPs from keepalived's unit (False where it is not root's alone)."""
 
     config_text: str
     python: str
+    announce: bool = True
 
 
 def _enable(state, purpose, text):
@@ -223,7 +226,9 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     # A pair's VIPs come from VRRP; the others' unit puts them back at boot.
     boot_vips = [] if cluster.mode == Mode.FAILOVER else sorted(vips)
     # On the LAN (mode single) they are announced too; on lo (mode ecmp) never.
-    announcer = boot.python if boot is not None and cluster.mode == Mode.SINGLE else None
+    announcer = None
+    if boot is not None and boot.announce and cluster.mode == Mode.SINGLE:
+        announcer = boot.python
     _enable(state, "keepalived", render_keepalived_unit(layout, state.sysctls, boot_vips,
                                                         bird=cluster.mode == Mode.ECMP,
                                                         python=announcer))

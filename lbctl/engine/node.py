@@ -91,7 +91,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         # Every daemon, also where the file wants none (the netlink engine):
         # one it no longer wants is stopped.
         daemons = balancer_daemons(cluster, layout, systemd, remove)
-    boot = _boot_apply(cluster, root) if is_balancer else None
+    boot, boot_warning = _boot_apply(cluster, root) if is_balancer else (None, None)
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
@@ -129,28 +129,50 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         from lbctl.engine.neighbours import clusters_here, shared_kernel_warnings
 
         warnings = shared_kernel_warnings(cluster, clusters_here(cluster, root))
+    if boot_warning is not None and not remove:
+        warnings.append(boot_warning)
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan, drains,
                        drain_problem, warnings)
 
 
 def _boot_apply(cluster, root):
-    """The saved copy, and the interpreter for the units that run lbctl: the
-    netlink engine's boot unit (keepalived brings its balancers back itself),
-    a single balancer's keepalived unit (it announces the VIPs it puts back)
-    and the exporter's.  Checked only where systemd will run them: a --root
-    tree (the lab) holds units no boot reads."""
+    """The saved copy, and the interpreter for the units that run lbctl, with
+    a warning when one of them is left out.
+
+    Two units cannot work without it: the netlink engine's boot unit
+    (keepalived brings its balancers back itself) and the exporter's.  A
+    single balancer's keepalived unit only announces with it the VIPs it puts
+    back: where that Python is not root's alone, the announcement is left out
+    rather than the apply refused.  Checked only where systemd will run them:
+    a --root tree (the lab) holds units no boot reads."""
     from lbctl.config.model import Mode
 
     python = sys.executable
-    needs_python = (cluster.engine == "netlink" or cluster.mode == Mode.SINGLE
-                    or cluster.exporter is not None)
+    required = cluster.engine == "netlink" or cluster.exporter is not None
+    announces = cluster.engine == "keepalived" and cluster.mode == Mode.SINGLE
+    problem = None
+    if required or announces:
+        problem = _unit_python_problem(python, os.path.abspath(root) == "/")
+    if problem is not None and required:
+        raise NodeError(problem)
+    boot = BootApply(strip_saved_copy_header(cluster.text), python, announce=problem is None)
+    if problem is not None and announces:
+        return boot, (f"the keepalived unit will not announce the VIPs it puts back at boot "
+                      f"(gratuitous ARP): {problem}")
+    return boot, None
+
+
+def _unit_python_problem(python, on_this_host):
+    """Why a unit must not run `python -I -m lbctl` as root, or None."""
     if not re.fullmatch(r"/[A-Za-z0-9_./+-]+", python):
-        if needs_python:
-            raise NodeError(f"the boot unit cannot run {python!r}: install lbctl under a path "
-                            "without spaces or special characters")
-    elif needs_python and os.path.abspath(root) == "/":
-        require_root_only_python(python)
-    return BootApply(strip_saved_copy_header(cluster.text), python)
+        return (f"the boot unit cannot run {python!r}: install lbctl under a path "
+                "without spaces or special characters")
+    if on_this_host:
+        try:
+            require_root_only_python(python)
+        except NodeError as exc:
+            return str(exc)
+    return None
 
 
 # What the unit's `PYTHON -I -m lbctl` imports: lbctl first, then the path.
