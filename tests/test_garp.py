@@ -10,10 +10,12 @@ from ipaddress import IPv4Address
 import pytest
 from scapy.layers.l2 import ARP, Ether
 
-from lbctl.adapters.garp import ETH_P_ARP, announce, announcement
+from lbctl.adapters.garp import (
+    ETH_P_ARP, announce, announce_again_later, announcement, wait_for_link)
 
 VIP = IPv4Address("192.168.100.10")
 OTHER = IPv4Address("192.168.100.11")
+LATER = IPv4Address("192.168.100.12")
 MAC = bytes.fromhex("020000000102")
 
 
@@ -62,3 +64,39 @@ def test_the_units_command_announces_each_address_and_says_what_failed():
                           timeout=30)
     assert gone.returncode == 1
     assert gone.stderr.startswith(f"lbctl: could not announce {VIP} on no-such-if0: "), gone.stderr
+
+
+def test_at_boot_the_announcement_waits_a_bounded_time_for_the_link():
+    now = [0.0]
+    states = iter(["down", "lowerlayerdown", "up"])
+    assert wait_for_link("eth0", read_state=lambda _: next(states), clock=lambda: now[0],
+                         sleep=lambda s: now.__setitem__(0, now[0] + s)) == "up"
+    assert now[0] == pytest.approx(0.2)
+    # A card whose link never comes: announced anyway (a failure is reported
+    # there), after the bound.
+    now[0] = 0.0
+    assert wait_for_link("eth0", patience=5, read_state=lambda _: "down", clock=lambda: now[0],
+                         sleep=lambda s: now.__setitem__(0, now[0] + s)) == "down"
+    assert 5.0 <= now[0] < 5.2
+    assert wait_for_link("lo") == "unknown"  # no carrier to wait for
+    assert wait_for_link("no-such-if0") == "absent"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="packet sockets need root")
+def test_the_second_announcement_comes_later_from_a_child():
+    # A switch port that has just come up may drop the first rounds.
+    import time
+
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as seen:
+        seen.bind(("lo", ETH_P_ARP))
+        seen.settimeout(5)
+        started = time.monotonic()
+        # An address of its own: another test's second round may be on lo.
+        child = announce_again_later([LATER], "lo", after=0.5)
+        frames = []
+        while len(frames) < 3:
+            if (frame := Ether(seen.recv(2048)))[ARP].psrc == str(LATER):
+                frames.append(frame)
+        arrived = time.monotonic() - started
+    assert os.waitpid(child, 0)[1] == 0
+    assert arrived >= 0.5

@@ -14,6 +14,7 @@ Why not scapy: this is one fixed 42-byte frame, and importing scapy costs a
 Pi seconds and tens of MB on every apply that adds a VIP.
 """
 
+import os
 import socket
 import struct
 import sys
@@ -24,6 +25,11 @@ BROADCAST = b"\xff" * 6
 # Three rounds, 100 ms apart: one lost frame must not leave a cache stale.
 COUNT = 3
 SPACING = 0.1
+# At boot: how long to wait for the network card's link before announcing
+# anyway, and when to announce again, as keepalived's vrrp_garp_master_delay
+# does (a switch port that has just come up may drop the first frames).
+LINK_WAIT = 5.0
+AGAIN_AFTER = 5.0
 
 
 def announcement(mac, ip):
@@ -53,6 +59,48 @@ def announce(ips, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):
                 sock.send(frame)
 
 
+def wait_for_link(ifname, patience=LINK_WAIT, read_state=None, clock=time.monotonic,
+                  sleep=time.sleep):
+    """Until `ifname` is up, or `patience` seconds have passed; its last state.
+    "unknown" counts as up: interfaces without a carrier (dummy, lo) say so.
+    One that is not there is not waited for (the unit put the VIPs on it)."""
+    read_state = read_state or _operstate
+    deadline = clock() + patience
+    while (state := read_state(ifname)) not in ("up", "unknown", "absent") \
+            and clock() < deadline:
+        sleep(0.1)
+    return state
+
+
+def _operstate(ifname):
+    try:
+        with open(f"/sys/class/net/{ifname}/operstate") as f:
+            return f.read().strip()
+    except OSError:
+        return "absent"  # the announcement then names the error
+
+
+def announce_again_later(ips, ifname, after=AGAIN_AFTER):
+    """A child that announces once more `after` seconds from now; its PID.
+    A child so that the unit's start, which apply waits for, does not wait."""
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            # Holding no pipe of the caller's open: the first round has
+            # already said what fails.
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            time.sleep(after)
+            announce(ips, ifname)
+        except OSError:
+            code = 1
+        finally:
+            os._exit(code)
+    return pid
+
+
 def main(argv):
     """`python -m lbctl.adapters.garp IFNAME ADDRESS...`: keepalived's unit
     announces the VIPs it has just put back on the LAN interface at boot."""
@@ -63,7 +111,9 @@ def main(argv):
         return 64
     try:
         ips = [IPv4Address(text) for text in argv[1:]]
+        wait_for_link(argv[0])
         announce(ips, argv[0])
+        announce_again_later(ips, argv[0])
     except (AddressValueError, OSError) as exc:
         print(f"lbctl: could not announce {' '.join(argv[1:])} on {argv[0]}: {exc}",
               file=sys.stderr)
