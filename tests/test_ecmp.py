@@ -7,6 +7,7 @@ Bad files are in tests/cases/bad/ecmp-*.yaml (test_bad_input.py).
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -207,7 +208,7 @@ def test_keepalived_runs_checks_and_quorum_hooks_but_no_vrrp(tmp_path):
     assert conf.count("    mh-fallback\n") == 2
     assert conf.count("    omega\n") == 2 and conf.count("    quorum 1\n") == 2
     # Each start of keepalived's checker process runs the hook too.
-    assert f"    lvs_notify_fifo {layout.real(layout.checker_fifo)}\n" in conf
+    assert f"    lvs_notify_fifo {layout.real(layout.checker_fifo)} root\n" in conf
     assert f'    lvs_notify_fifo_script "{hook} started" root\n' in conf
 
 
@@ -244,10 +245,13 @@ def bird(tmp_path):
     proc = subprocess.Popen([BIRD, "-f", "-c", str(conf), "-s", str(socket), "-P", str(pid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def hook(*args):
-        return subprocess.run([str(script), str(folder), str(socket),
-                               str(tmp_path / "announce.map"), str(tmp_path / "drained"),
-                               *args], capture_output=True, text=True, timeout=30)
+    def hook(*args, stays=False):
+        argv = [str(script), str(folder), str(socket), str(tmp_path / "announce.map"),
+                str(tmp_path / "drained"), *args]
+        if stays:  # in a process group of its own, as keepalived starts its scripts
+            return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, process_group=0)
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30)
 
     def offered():
         shown = subprocess.run([BIRDC, "-s", str(socket), "show", "route"],
@@ -302,24 +306,88 @@ def test_a_record_of_a_checker_that_is_gone_counts_as_down(bird):
     (folder / "dns.state").write_text(f"{state} {ticks} {pid} {dead}\n")
     assert hook("sync").returncode == 0
     assert offered() == []
+    # One that has ended but that keepalived has not reaped yet: its hook
+    # runs as it dies.
+    hook("event", "dns", "up")
+    assert offered() == ["10.200.0.11"]
+    unreaped = subprocess.Popen(["true"])
+    try:
+        _until(lambda: open(f"/proc/{unreaped.pid}/stat").read().split(") ")[1][0] == "Z",
+               "zombie")
+        (folder / "dns.state").write_text(f"{state} {ticks} {pid} {unreaped.pid}\n")
+        assert hook("sync").returncode == 0
+        assert offered() == []
+    finally:
+        unreaped.wait()
 
 
-def test_a_checker_that_starts_withdraws_what_the_dead_one_reported(bird):
-    # keepalived restarted its checker after it died, and the new one has
-    # found no healthy worker yet: it runs the hook with `started` and the
-    # FIFO's name, which withdraws the dead checker's word, and quietly.
+def test_a_checker_vouches_from_its_start_to_its_end(bird):
+    # keepalived runs the hook with `started` and a FIFO each time its checker
+    # process starts, and the hook stays while that checker runs.
     hook, offered, folder, _socket = bird
     for service in ("web", "ssh", "dns"):
         hook("event", service, "up")
     assert offered() == ["10.200.0.10", "10.200.0.11"]
-    state, ticks, pid, _checker = (folder / "dns.state").read_text().split()
-    (folder / "dns.state").write_text(f"{state} {ticks} {pid} {_dead_pid()}\n")
-    started = hook("started", str(folder.parent / "checker.fifo"))
-    assert (started.returncode, started.stdout, started.stderr) == (0, "", "")
-    assert offered() == ["10.200.0.10"]
-    # Started anew with every checker alive (a reload): nothing changes.
-    assert hook("started", str(folder.parent / "checker.fifo")).returncode == 0
-    assert offered() == ["10.200.0.10"]
+    # A checker restarted after a crash has found no healthy worker yet: the
+    # dead one's word is withdrawn as the new one starts.
+    _checked_by_a_dead_checker(folder / "dns.state")
+    fifo = folder.parent / "checker.fifo"
+    os.mkfifo(fifo, 0o600)
+    reader = hook("started", str(fifo), stays=True)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # as keepalived opens it
+    try:
+        _until(lambda: offered() == ["10.200.0.10"], "10.200.0.11 withdrawn")
+        os.write(writer, b"VS [10.200.0.10]:tcp:80 UP\n")
+        time.sleep(0.3)
+        assert reader.poll() is None, reader.communicate()
+        # That checker dies too: keepalived sends the hook SIGTERM, and the
+        # FIFO ends.  Nothing that checker reported is offered any more,
+        # even before keepalived starts another (up to a minute later).
+        _checked_by_a_dead_checker(folder / "web.state")
+    finally:
+        os.close(writer)
+    reader.terminate()
+    assert reader.wait(timeout=10) == 0 and reader.communicate() == ("", "")
+    assert offered() == []
+
+
+def test_a_reload_ends_the_checkers_hook_and_withdraws_nothing(bird):
+    hook, offered, folder, _socket = bird
+    for service in ("web", "ssh", "dns"):
+        hook("event", service, "up")
+    fifo = folder.parent / "checker.fifo"
+    os.mkfifo(fifo, 0o600)
+    reader = hook("started", str(fifo), stays=True)
+    writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    try:
+        time.sleep(0.3)
+        # keepalived's reload: SIGTERM to the hook's process group, the FIFO
+        # left open; the checker, and so every record, stays.
+        os.killpg(reader.pid, signal.SIGTERM)
+        assert reader.wait(timeout=10) == 0 and reader.communicate() == ("", "")
+    finally:
+        os.close(writer)
+    assert offered() == ["10.200.0.10", "10.200.0.11"]
+
+
+@pytest.mark.parametrize("args", [[], ["/run/a.fifo", "/run/b.fifo"]])
+def test_started_takes_the_fifo_alone(bird, args):
+    hook, _offered, _folder, _socket = bird
+    refused = hook("started", *args)
+    assert (refused.returncode, refused.stderr) == (
+        2, "lbctl-announce: started takes the FIFO's name alone\n")
+
+
+def _checked_by_a_dead_checker(record):
+    state, ticks, pid, _checker = record.read_text().split()
+    record.write_text(f"{state} {ticks} {pid} {_dead_pid()}\n")
+
+
+def _until(condition, what, timeout=10):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"no {what} in {timeout}s"
+        time.sleep(0.05)
 
 
 def _dead_pid():
