@@ -148,6 +148,41 @@ def test_the_learned_count_is_kept_twenty_times_as_long_as_it_took(tmp_path):
     assert learned() == ["lbctl_sync_learned_connections 5.0"]
 
 
+def test_the_learned_count_is_made_again_after_a_failover_and_at_least_every_30s(tmp_path):
+    table = tmp_path / "ip_vs_conn_sync"
+    table.write_text(SYNC_HEADER + _learned_rows(3))
+    state_dir(tmp_path, vrrp="BACKUP 200\n")
+    now = [1000.0]
+
+    def count():
+        now[0] += 10  # a huge table: 20 times that would be minutes
+        return learned_connections(str(table))
+    daemons = [SyncDaemon("backup", "eth0", 51, "224.0.0.81", 8848)]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LbctlCollector(str(tmp_path), lambda: [cluster_from(PAIR)],
+                                     lambda: IpvsSnapshot([], daemons, {}), lambda c: 0,
+                                     clock=lambda: now[0], learned=count))
+
+    def learned():
+        text = generate_latest(registry).decode()
+        return [line for line in text.splitlines()
+                if line.startswith("lbctl_sync_learned_connections ")]
+    assert learned() == ["lbctl_sync_learned_connections 3.0"]
+    table.write_text(SYNC_HEADER + _learned_rows(5))
+    now[0] += 29.9
+    assert learned() == ["lbctl_sync_learned_connections 3.0"]
+    now[0] += 0.1
+    assert learned() == ["lbctl_sync_learned_connections 5.0"]
+    # The balancer becomes master: what it learned as backup it now serves.
+    table.write_text(SYNC_HEADER + _learned_rows(1))
+    state_dir(tmp_path, vrrp="MASTER 300\n")
+    assert learned() == ["lbctl_sync_learned_connections 1.0"]
+    # And a sync daemon that starts or stops.
+    table.write_text(SYNC_HEADER + _learned_rows(2))
+    daemons.append(SyncDaemon("master", "eth0", 51, "224.0.0.81", 8848))
+    assert learned() == ["lbctl_sync_learned_connections 2.0"]
+
+
 def test_the_saved_copies_are_validated_again_only_once_an_apply_changed_them(tmp_path):
     clusters = SavedCopies(str(tmp_path))
     applied_here(tmp_path, PAIR)

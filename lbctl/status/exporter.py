@@ -15,6 +15,8 @@ afresh but for three things that cost a Pi a moment each:
   connection table (hundreds of thousands of lines on a busy balancer), so
   a count is kept for LEARNED_REUSE times as long as it took to make: it
   costs at most a twentieth of a CPU, however often Prometheus scrapes.
+  Never longer than LEARNED_MAX_AGE, and not across a change of VRRP role
+  or of the sync daemons, which changes the count at once.
 """
 
 import time
@@ -23,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 DRIFT_SECONDS = 60
 LEARNED_REUSE = 20
+LEARNED_MAX_AGE = 30.0
 VRRP_STATES = ("MASTER", "BACKUP", "FAULT", "STOP")
 
 
@@ -43,7 +46,7 @@ class LbctlCollector:
         self.clock, self.drift_every = clock, drift_every
         self.learned = learned or learned_connections
         self._drift = {}  # {cluster: (when, last apply's time, changes)}
-        self._learned = None  # (until when it is kept, the count)
+        self._learned = None  # (until when it is kept, what it was counted in, the count)
 
     def collect(self):
         from lbctl.status.collect import drains_here, keepalived_states
@@ -90,7 +93,7 @@ class LbctlCollector:
                         in_kernel.add_metric(values, kernel[key])
         yield from (healthy, since, drained, record_ok, configured, in_kernel)
         yield from self._vrrp(clusters, states)
-        yield from self._sync(snapshot)
+        yield from self._sync(snapshot, states)
         yield from self._drift_and_apply(clusters, read_last_apply)
 
     def _vrrp(self, clusters, states):
@@ -112,7 +115,7 @@ class LbctlCollector:
             changes.add_metric([cluster.name], info.transitions)
         return role, since, changes
 
-    def _sync(self, snapshot):
+    def _sync(self, snapshot, states):
         running = GaugeMetricFamily("lbctl_sync_daemon_running", "1 for each IPVS connection "
                                     "sync daemon running", labels=["role", "interface"])
         learned = GaugeMetricFamily("lbctl_sync_learned_connections", "Connections this "
@@ -121,16 +124,24 @@ class LbctlCollector:
             for d in snapshot.sync_daemons:
                 running.add_metric([d.role, d.interface], 1)
             if snapshot.sync_daemons:
-                learned.add_metric([], self._learned_count())
+                roles = sorted((name, info.vrrp.state) for name, info in states.items()
+                               if info.vrrp is not None)
+                daemons = sorted((d.role, d.interface) for d in snapshot.sync_daemons)
+                learned.add_metric([], self._learned_count((roles, daemons)))
         return running, learned
 
-    def _learned_count(self):
+    def _learned_count(self, counted_in):
+        """The learned count, kept while `counted_in` (the VRRP roles and the
+        sync daemons) stays as it was."""
         began = self.clock()
-        if self._learned is not None and began < self._learned[0]:
-            return self._learned[1]
+        if self._learned is not None:
+            until, seen_in, count = self._learned
+            if began < until and seen_in == counted_in:
+                return count
         count = self.learned()
         ended = self.clock()
-        self._learned = (ended + LEARNED_REUSE * (ended - began), count)
+        kept = min(LEARNED_REUSE * (ended - began), LEARNED_MAX_AGE)
+        self._learned = (ended + kept, counted_in, count)
         return count
 
     def _drift_and_apply(self, clusters, read_last_apply):
