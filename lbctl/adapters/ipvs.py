@@ -85,12 +85,14 @@ class IpvsNetlink:
         """Set the named timeouts ({"udp": 60}); the others stay as they are."""
         self._with_family(lambda sock, family: sock.set_timeouts(family, timeouts), write=True)
 
-    def _with_family(self, call, absent=None, write=False):
+    def _with_family(self, call, absent=None, write=False, load=None):
         """call(sock, family); `absent` when ip_vs is not loaded and, for a
-        read, may not be loaded.  A write loads it whatever load_module says."""
+        read, may not be loaded.  A write loads it whatever load_module says;
+        `load=False` never does."""
         sock = ipvs_wire.GenlSocket()
         try:
-            family = _ipvs_family(sock, self.load_module or write)
+            may_load = (self.load_module or write) if load is None else load
+            family = _ipvs_family(sock, may_load)
             return absent if family is None else call(sock, family)
         except PermissionError:
             if write:
@@ -104,19 +106,13 @@ class IpvsNetlink:
 
         Unlike dump() it never loads ip_vs: reading the state must not change it.
         """
-        sock = ipvs_wire.GenlSocket()
-        try:
-            try:
-                family = sock.family("IPVS")
-            except FileNotFoundError:
-                return None
-            table = sock.ipvs_table(family)
-            daemons = sock.sync_daemons(family)
-            timeouts = sock.timeouts(family)
-        except PermissionError:
-            raise KernelError(READ_NEEDS_ROOT) from None
-        finally:
-            sock.close()
+        def read_all(sock, family):
+            return sock.ipvs_table(family), sock.sync_daemons(family), sock.timeouts(family)
+
+        read = self._with_family(read_all, load=False)
+        if read is None:
+            return None
+        table, daemons, timeouts = read
         return IpvsSnapshot([self._service(svc, dests) for svc, dests in table],
                             [self._sync_daemon(d) for d in daemons], timeouts)
 
