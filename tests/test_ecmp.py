@@ -296,6 +296,30 @@ def test_a_hook_forked_before_the_one_on_record_changes_nothing(bird):
     assert offered() == ["10.200.0.11"]
 
 
+def test_a_hook_killed_while_it_waits_for_the_folder_has_left_its_record(bird):
+    # keepalived's reload kills the hooks still running (SIGTERM to each
+    # one's process group); one waiting for another run's lock must have
+    # recorded its event already, for apply's sync after the reload.
+    import fcntl
+
+    hook, offered, folder, _socket = bird
+    held = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)  # another run of the hook, busy
+        waiting = hook("event", "dns", "up", stays=True)
+        _until(lambda: (folder / "dns.state").exists(), "dns's record")
+        time.sleep(0.2)
+        assert waiting.poll() is None  # still waiting for the folder
+        os.killpg(waiting.pid, signal.SIGTERM)
+        waiting.wait(timeout=10)
+    finally:
+        os.close(held)
+    assert (folder / "dns.state").read_text().startswith("up ")
+    assert offered() == []  # the killed run offered nothing ...
+    assert hook("sync").returncode == 0
+    assert offered() == ["10.200.0.11"]  # ... the next sync does
+
+
 def test_a_record_of_a_checker_that_is_gone_counts_as_down(bird):
     # keepalived restarts a checker that died; the new one starts with quorum
     # down and reports nothing until it finds a worker.

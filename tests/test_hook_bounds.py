@@ -60,7 +60,28 @@ def test_a_hook_gives_up_on_a_lock_held_for_good_and_says_so(tmp_path, name):
     if name == "lbctl-notify":
         assert not (tmp_path / "state" / "vrrp").exists()
     elif name == "lbctl-announce":
-        assert list((tmp_path / "state").iterdir()) == []
+        # Nothing offered; the event is recorded first, under a lock of its
+        # own, so that keepalived killing a waiting hook loses nothing.
+        assert sorted(p.name for p in (tmp_path / "state").iterdir()) == [
+            "TCP-192.0.2.10-80.lock", "TCP-192.0.2.10-80.state"]
+
+
+def test_the_announce_hook_gives_up_on_a_record_locked_for_good(tmp_path):
+    script = install_hook(tmp_path, "lbctl-announce")
+    text = script.read_text()
+    assert text.count("flock -w 10 8") == 1
+    script.write_text(text.replace("flock -w 10 8", "flock -w 1 8"))
+    locked, args = lock_and_args("lbctl-announce", tmp_path)
+    holder = os.open(locked / "TCP-192.0.2.10-80.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        done = subprocess.run([str(script), *map(str, args)], capture_output=True, text=True,
+                              timeout=20)
+    finally:
+        os.close(holder)
+    assert (done.returncode, done.stderr) == (
+        1, f"lbctl-announce: {locked}/TCP-192.0.2.10-80.state stayed locked for 10s\n")
+    assert not (locked / "TCP-192.0.2.10-80.state").exists()
 
 
 def test_apply_waits_on_the_takeover_hook_for_a_bounded_time(tmp_path):
