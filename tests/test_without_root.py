@@ -1,6 +1,6 @@
 """lbctl on a balancer without root's powers: what it may read it reports,
-what needs root it asks for, and it never says the kernel has no IPVS
-because it was not allowed to load ip_vs.
+what needs root it asks for, and it says the kernel has no IPVS only when
+it has no ip_vs module, not because it was not allowed to load it.
 
 The user here is root with every capability dropped (what the kernel checks
 for IPVS and modprobe), in a network namespace of its own that holds lb1's
@@ -58,12 +58,38 @@ def test_plan_without_root_plans_what_a_node_without_ip_vs_needs(lb1, tmp_path):
     assert files_under(tmp_path) == []
 
 
-def test_apply_without_root_asks_for_root_rather_than_blaming_the_kernel(lb1, tmp_path):
+def test_apply_without_root_blames_the_kernel_only_when_it_has_no_ip_vs(lb1, tmp_path):
+    # This host's kernel has no ip_vs module: sudo would not help.
+    assert subprocess.run(["modprobe", "-n", "-q", "ip_vs"]).returncode != 0
     applied = lb1("apply", str(EXAMPLE), "--node", "lb1", "--root", str(tmp_path))
     assert applied.returncode == 1, applied.stdout + applied.stderr
-    assert applied.stderr == ("lbctl: the ip_vs module is not loaded, and loading it needs "
-                              "root: run it with sudo\n"), applied.stderr
+    assert applied.stderr.startswith("lbctl: this kernel has no IPVS"), applied.stderr
     assert [f for f in files_under(tmp_path) if not f.startswith("run/lbctl/")] == []
+
+
+def test_without_the_capability_a_module_there_is_to_load_asks_for_root(monkeypatch):
+    from lbctl.adapters import ipvs
+
+    class NotLoaded:
+        def family(self, name):
+            raise FileNotFoundError(name)
+
+    ran = []
+
+    def modprobe(argv, **_kwargs):
+        ran.append(argv)
+        dry_run = "-n" in argv  # modprobe -n finds the module without loading it
+        return subprocess.CompletedProcess(argv, 0 if dry_run else 1, "", "")
+    monkeypatch.setattr(ipvs, "run", modprobe)
+    monkeypatch.setattr(ipvs, "holds_capability", lambda number: False)
+    with pytest.raises(ipvs.KernelError, match="the ip_vs module is not loaded, and loading "
+                                               "it needs root: run it with sudo"):
+        ipvs._ipvs_family(NotLoaded())
+    assert ran == [[ipvs.MODPROBE, "-q", "ip_vs"], [ipvs.MODPROBE, "-n", "-q", "ip_vs"]]
+    # With the capability, a failed load is the kernel's.
+    monkeypatch.setattr(ipvs, "holds_capability", lambda number: True)
+    with pytest.raises(ipvs.KernelError, match="this kernel has no IPVS"):
+        ipvs._ipvs_family(NotLoaded())
 
 
 def test_a_capability_is_read_from_the_process_status(tmp_path):

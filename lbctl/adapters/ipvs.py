@@ -40,7 +40,10 @@ def _ipvs_family(sock, load_module=True):
     try:
         return sock.family("IPVS")
     except FileNotFoundError:
-        if loading.returncode != 0 and not holds_capability(CAP_SYS_MODULE):
+        # Without the capability modprobe fails either way: its dry run says
+        # whether there is a module to load.
+        if loading.returncode != 0 and not holds_capability(CAP_SYS_MODULE) \
+                and run([MODPROBE, "-n", "-q", "ip_vs"]).returncode == 0:
             raise KernelError("the ip_vs module is not loaded, and loading it needs root: "
                               "run it with sudo") from None
         raise KernelError("this kernel has no IPVS (the ip_vs module is missing or cannot "
