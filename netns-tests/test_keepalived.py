@@ -10,7 +10,6 @@ far more; loads that measure a gap use 0.5 s, so a lost request shows.
 import hashlib
 import os
 import random
-import re
 import signal
 import stat
 import subprocess
@@ -25,7 +24,6 @@ from clusters import DNS_VIP, PAIR, WEB_VIP, edited, pair_edited
 from conftest import measured as report
 from lbctl.errors import LabError
 from lbctl.lab.traffic import failed_client_port, summarize
-from lbctl.render.templates import template_text
 
 WEB_HEALTH = PAIR["services"]["web"]["health"]
 DETECTION = 1.0 + 0.5  # interval + timeout of the web check in PAIR
@@ -467,30 +465,15 @@ def syns_sent(lab):
     return chain_packets(lab, "client", SYN_ACK_TABLE, "out")
 
 
-# How long lb1's sync datagrams are held on their way out, where a test needs
-# lb2 to learn a connection only after the client's next packet reached it.
-# lb1 sends a new connection 2-3 s after its handshake (the sync daemon's
-# batch).  lb2 takes over within a second (100 ms adverts), the request
-# reaches it 1-3 s after the handshake, and the grace lasts 5 s from the
-# takeover.  With 2 s more the entry arrives 4-5 s after the handshake:
-# after the request, and inside the grace.
-SYNC_HELD_BACK = 2
-
-
-def takeover_grace_seconds():
-    """The grace lbctl's takeover hook grants a new master (its GRACE=Ns)."""
-    (grace,) = re.findall(r"^GRACE=(\d+)s$", template_text("keepalived", "lbctl-takeover"),
-                          re.M)
-    return int(grace)
-
-
-def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False, sync_delay=0):
+def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False, sync_held=False):
     """Open a connection through lb1, make lb2 take the VIP (neither hears the
     other's adverts), then finish the request through lb2: (what the client
     printed, packets lb2's grace held back, what both balancers and the
     client knew, for a failure's message).  `syn_resent`: the client's first
-    SYN-ACKs are lost, and it sends its SYN again.  `sync_delay`: seconds
-    lb1's sync datagrams spend on their way to lb2."""
+    SYN-ACKs are lost, and it sends its SYN again.  `sync_held`: lb1's sync
+    datagrams are held on their way to lb2 until lb2's grace has held the
+    request back: lb2 learns the connection after the client's next packet
+    reached it, the race the grace is for."""
     # keepalived sends a master's gratuitous ARPs again 5 s after it took over
     # (vrrp_garp_master_delay); lb1's must not pull the client back mid-test.
     time.sleep(max(0.0, master_since(lab, "lb1") + 6 - time.time()))
@@ -502,8 +485,8 @@ def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False, sync_delay
                  what="the client to leave lb2 for the VIP")
     client = None
     try:
-        if sync_delay:
-            lab.delay_sync("lb1", sync_delay)
+        if sync_held:
+            lab.hold_sync("lb1")
         if sync_blocked:
             # Before the connection opens: lb1's sync daemon may send it within
             # moments of its first packets, and lb2 must never learn it.
@@ -532,6 +515,10 @@ def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False, sync_delay
             f"lb2 knew the connection though its sync was filtered: {learned_before}"
         client.stdin.write("go\n")
         client.stdin.flush()
+        if sync_held:
+            lab.wait_for(lambda: grace_held(lab, "lb2") > 0, timeout=10,
+                         what="lb2's grace to hold the request back")
+            lab.hold_sync("lb1", held=False)
         printed = client.communicate(timeout=60)[0].split()
         known = (f"lb2 knew before the request went on: {learned_before}\n"
                  f"lb1: {connection_rows(lab, 'lb1', port)}\n"
@@ -542,9 +529,9 @@ def finish_on_the_other_balancer(lab, sync_blocked, syn_resent=False, sync_delay
                  f"--- lb2's keepalived:\n{lab.keepalived_log('lb2', lines=15)}")
         return printed, grace_held(lab, "lb2"), known
     finally:
-        # The delay first: nothing below may leave lb1's sync held back for
-        # the rest of the module.
-        lab.delay_sync("lb1", 0)
+        # This first: nothing below may leave lb1's sync held back for the
+        # rest of the module.
+        lab.stop_holding_sync("lb1")
         if client is not None:
             client.kill()
         lab.sh("client", ["nft", "delete", "table", "ip", SYN_ACK_TABLE], check=False)
@@ -570,30 +557,18 @@ def test_a_takeover_carries_on_a_connection_the_peer_had_not_synced_yet(lab, pai
     assert "elements = { tcp }" in armed("lb2")  # the backup: armed, with no timeout
     # The master: armed for 5 s after it took over, then no more.
     lab.wait_for(lambda: "elements" not in armed("lb1"), timeout=20, what="lb1's grace to end")
-    # Two connections at least: a two-packet handshake (the kernel's default
-    # counts to three, and never sent it), then one whose SYN was resent
-    # (three packets by the handshake's end; a count of two never sent it).
-    # lb1's batch is held back on the way (SYNC_HELD_BACK), so that lb2 learns
-    # the connection after the client's packet reached it: the race the grace
-    # is for, every time.  The entry must still arrive inside the grace: at
-    # most 3 s + the delay after the handshake, and the grace runs from the
-    # takeover, which comes after the handshake.
-    assert 3 + SYNC_HELD_BACK <= takeover_grace_seconds()
-    # Under three labs at once a takeover can still outlast the delay, and
-    # then lb2 learns the connection first: up to a third try, and at least
-    # one try must have held packets.
-    held_in_all = 0
-    for attempt in range(3):
+    # Two connections: a two-packet handshake (the kernel's default counts to
+    # three, and never sent it), then one whose SYN was resent (three packets
+    # by the handshake's end; a count of two never sent it).  lb1's sync is
+    # held until lb2's grace holds the request, then lets go: lb2 learns the
+    # connection while the client waits to resend.
+    for syn_resent in (False, True):
         printed, held, known = finish_on_the_other_balancer(lab, sync_blocked=False,
-                                                            syn_resent=attempt == 1,
-                                                            sync_delay=SYNC_HELD_BACK)
+                                                            syn_resent=syn_resent, sync_held=True)
         report("takeover grace: a request begun on the old master", printed=" ".join(printed),
-               packets_held=held, syn_resent=attempt == 1)
+               packets_held=held, syn_resent=syn_resent)
         assert printed[:3] == ["reply", "served", "by"], f"{printed}\n{known}"
-        held_in_all += held
-        if held_in_all and attempt >= 1:
-            break
-    assert held_in_all > 0, "lb2 knew the connection each time: the grace was never needed"
+        assert held > 0, known
 
     # A connection the peer never sends (the sync multicast filtered, as when
     # the old master died before sending) is reset once the grace ends, rather

@@ -47,22 +47,33 @@ class Faults:
         switch's IGMP snooping would: VRRP and clients are not affected."""
         self._drop_arriving(node, 2, SYNC_DATAGRAMS if blocked else None)
 
-    def delay_sync(self, node, seconds):
-        """Hold the IPVS sync daemon's multicast leaving a node for `seconds`
-        (netem), as a slow or busy network would; 0 sends it at once again.
-        Everything else leaves the node undelayed."""
+    def hold_sync(self, node, held=True):
+        """Keep the IPVS sync daemon's multicast leaving a node queued (a plug
+        qdisc), as a slow or busy network would; held=False lets what was
+        held go, in order, and sends at once from then on.  The peer learns
+        a connection exactly when a test says so, however slow the lab runs.
+        Everything else leaves the node as usual."""
         tc = ["tc", "-n", self.nodes[node].netns]
-        run([*tc, "qdisc", "del", "dev", "eth0", "root"], check=False)
-        if not seconds:
+        if not held:
+            run([*tc, "qdisc", "change", "dev", "eth0", "handle", "20:", "plug",
+                 "release_indefinite"], check=False)
             return
         # Two bands: every priority to the first; the filter alone puts the
-        # sync daemon's datagrams in the second, the delayed one.
+        # sync daemon's datagrams in the second, the plugged one.
+        run([*tc, "qdisc", "del", "dev", "eth0", "root"], check=False)
         run([*tc, "qdisc", "add", "dev", "eth0", "root", "handle", "1:", "prio", "bands", "2",
              "priomap", *["0"] * 16])
         run([*tc, "qdisc", "add", "dev", "eth0", "parent", "1:2", "handle", "20:",
-             "netem", "delay", f"{seconds}s"])
+             "plug", "limit", "1000000"])
+        run([*tc, "qdisc", "change", "dev", "eth0", "handle", "20:", "plug", "block"])
         run([*tc, "filter", "add", "dev", "eth0", "parent", "1:", "protocol", "ip", "prio", "1",
              "u32", *SYNC_DATAGRAMS, "flowid", "1:2"])
+
+    def stop_holding_sync(self, node):
+        """No queue of the sync daemon's own on the node any more."""
+        self.hold_sync(node, held=False)
+        run(["tc", "-n", self.nodes[node].netns, "qdisc", "del", "dev", "eth0", "root"],
+            check=False)
 
     def _drop_arriving(self, node, pref, match):
         """A u32 drop rule on the ingress of a node's eth0, one per `pref` (so VRRP
