@@ -2,10 +2,12 @@
 reload, a client's persistence template, or UDP flows IPVS counts as inactive."""
 
 import sys
+from ipaddress import IPv4Address
 
 from clusters import DNS_VIP, WEB_VIP, edited, pair_edited
 from conftest import measured as report
 import ipvs_table
+from lbctl.errors import LabError
 from test_keepalived import _blob_hashes, ipvs_web_dests, ipvs_web_weights, pair  # noqa: F401
 
 PI3 = "192.168.100.6"
@@ -59,8 +61,14 @@ def test_a_worker_removed_under_keepalived_finishes_its_downloads_first(lab, pai
     assert len(exact) == len(results)
 
     # Idle now: the next apply lets keepalived delete it, on both balancers.
-    lab.wait_for(lambda: _web_active(lab, PI3) == _web_active(lab, PI3, "lb2") == 0,
-                 what="pi3 idle on both balancers")
+    try:
+        lab.wait_for(lambda: _web_active(lab, PI3) == _web_active(lab, PI3, "lb2") == 0,
+                     what="pi3 idle on both balancers")
+    except LabError as exc:
+        raise LabError(f"{exc}: active on lb1 {_web_active(lab, PI3)}, on lb2 "
+                       f"{_web_active(lab, PI3, 'lb2')}; lb2's entries for pi3:\n" + "\n".join(
+                           " ".join(fields) for fields in lab.connection_entries("lb2")
+                           if fields[5] == f"{int(IPv4Address(PI3)):08X}")) from None
     _apply(lab, without_pi3, ("lb2", "lb1"))
     lab.wait_for(lambda: PI3 not in ipvs_web_dests(lab, "lb1") | ipvs_web_dests(lab, "lb2"),
                  timeout=15, what="pi3 to leave both tables")
