@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -245,9 +246,11 @@ def bird(tmp_path):
     proc = subprocess.Popen([BIRD, "-f", "-c", str(conf), "-s", str(socket), "-P", str(pid)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def hook(*args, stays=False):
+    def hook(*args, stays=False, argv_only=False):
         argv = [str(script), str(folder), str(socket), str(tmp_path / "announce.map"),
                 str(tmp_path / "drained"), *args]
+        if argv_only:
+            return argv
         if stays:  # in a process group of its own, as keepalived starts its scripts
             return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True, process_group=0)
@@ -345,6 +348,19 @@ def test_a_record_of_a_checker_that_is_gone_counts_as_down(bird):
         unreaped.wait()
 
 
+# keepalived's checker, as far as the hook sees it: a parent that starts the
+# hook in a process group of its own, says its PID, and waits for it.
+FAKE_CHECKER = """
+import os, sys
+pid = os.fork()
+if pid == 0:
+    os.setpgid(0, 0)
+    os.execv(sys.argv[1], sys.argv[1:])
+print(pid, flush=True)
+os.waitpid(pid, 0)
+"""
+
+
 def test_a_checker_vouches_from_its_start_to_its_end(bird):
     # keepalived runs the hook with `started` and a FIFO each time its checker
     # process starts, and the hook stays while that checker runs.
@@ -354,24 +370,31 @@ def test_a_checker_vouches_from_its_start_to_its_end(bird):
     assert offered() == ["10.200.0.10", "10.200.0.11"]
     # A checker restarted after a crash has found no healthy worker yet: the
     # dead one's word is withdrawn as the new one starts.
-    _checked_by_a_dead_checker(folder / "dns.state")
+    _checked_by(folder / "dns.state", _dead_pid())
     fifo = folder.parent / "checker.fifo"
     os.mkfifo(fifo, 0o600)
-    reader = hook("started", str(fifo), stays=True)
+    argv = hook("started", str(fifo), argv_only=True)
+    checker = subprocess.Popen([sys.executable, "-c", FAKE_CHECKER, *argv],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    reader = int(checker.stdout.readline())
     writer = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # as keepalived opens it
     try:
         _until(lambda: offered() == ["10.200.0.10"], "10.200.0.11 withdrawn")
         os.write(writer, b"VS [10.200.0.10]:tcp:80 UP\n")
+        _checked_by(folder / "web.state", checker.pid)
         time.sleep(0.3)
-        assert reader.poll() is None, reader.communicate()
-        # That checker dies too: keepalived sends the hook SIGTERM, and the
-        # FIFO ends.  Nothing that checker reported is offered any more,
-        # even before keepalived starts another (up to a minute later).
-        _checked_by_a_dead_checker(folder / "web.state")
+        assert os.path.exists(f"/proc/{reader}"), "the hook ended while its checker runs"
+        # That checker dies: keepalived's SIGTERM reaches the hook
+        # (PR_SET_PDEATHSIG) while the FIFO, held open elsewhere, goes on.
+        # What the checker reported is withdrawn at once, even before
+        # keepalived starts another (up to a minute later).
+        checker.kill()
+        checker.wait()
+        os.kill(reader, signal.SIGTERM)
+        _until(lambda: not os.path.exists(f"/proc/{reader}"), "the hook to end")
     finally:
         os.close(writer)
-    reader.terminate()
-    assert reader.wait(timeout=10) == 0 and reader.communicate() == ("", "")
+    assert checker.stderr.read() == ""
     assert offered() == []
 
 
@@ -402,9 +425,9 @@ def test_started_takes_the_fifo_alone(bird, args):
         2, "lbctl-announce: started takes the FIFO's name alone\n")
 
 
-def _checked_by_a_dead_checker(record):
+def _checked_by(record, checker):
     state, ticks, pid, _checker = record.read_text().split()
-    record.write_text(f"{state} {ticks} {pid} {_dead_pid()}\n")
+    record.write_text(f"{state} {ticks} {pid} {checker}\n")
 
 
 def _until(condition, what, timeout=10):
@@ -427,7 +450,8 @@ def test_a_reset_offers_nothing_and_forgets_every_record(bird):
         hook("event", service, "up")
     assert offered() == ["10.200.0.10", "10.200.0.11"]
     assert hook("reset").returncode == 0
-    assert offered() == [] and list(folder.iterdir()) == []
+    assert offered() == []
+    assert [p.name for p in folder.iterdir() if not p.name.endswith(".lock")] == []
 
 
 def test_a_drained_balancer_offers_nothing_until_undrained(bird, tmp_path):
