@@ -181,6 +181,11 @@ def test_the_learned_count_is_made_again_after_a_failover_and_at_least_every_30s
     table.write_text(SYNC_HEADER + _learned_rows(2))
     daemons.append(SyncDaemon("master", "eth0", 51, "224.0.0.81", 8848))
     assert learned() == ["lbctl_sync_learned_connections 2.0"]
+    # Backup and master again between two scrapes: the role is as it was,
+    # not the count.
+    table.write_text(SYNC_HEADER + _learned_rows(4))
+    state_dir(tmp_path, vrrp="MASTER 400\n")
+    assert learned() == ["lbctl_sync_learned_connections 4.0"]
 
 
 def test_the_saved_copies_are_validated_again_only_once_an_apply_changed_them(tmp_path):

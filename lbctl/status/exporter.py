@@ -15,8 +15,9 @@ afresh but for three things that cost a Pi a moment each:
   connection table (hundreds of thousands of lines on a busy balancer), so
   a count is kept for LEARNED_REUSE times as long as it took to make: it
   costs at most a twentieth of a CPU, however often Prometheus scrapes.
-  Never longer than LEARNED_MAX_AGE, and not across a change of VRRP role
-  or of the sync daemons, which changes the count at once.
+  Never longer than LEARNED_MAX_AGE (so a count that takes more than 1.5 s
+  costs more), and not across a change of VRRP role or of the sync daemons,
+  which changes the count at once.
 """
 
 import time
@@ -124,8 +125,8 @@ class LbctlCollector:
             for d in snapshot.sync_daemons:
                 running.add_metric([d.role, d.interface], 1)
             if snapshot.sync_daemons:
-                roles = sorted((name, info.vrrp.state) for name, info in states.items()
-                               if info.vrrp is not None)
+                roles = sorted((name, info.vrrp.state, info.vrrp.since)
+                               for name, info in states.items() if info.vrrp is not None)
                 daemons = sorted((d.role, d.interface) for d in snapshot.sync_daemons)
                 learned.add_metric([], self._learned_count((roles, daemons)))
         return running, learned
