@@ -91,7 +91,9 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         # Every daemon, also where the file wants none (the netlink engine):
         # one it no longer wants is stopped.
         daemons = balancer_daemons(cluster, layout, systemd, remove)
-    boot, boot_warning = _boot_apply(cluster, root) if is_balancer else (None, None)
+    # A node being removed gets no unit: whatever runs its Python, it may go.
+    boot, boot_warning = (_boot_apply(cluster, root) if is_balancer and not remove
+                          else (None, None))
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
@@ -129,7 +131,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         from lbctl.engine.neighbours import clusters_here, shared_kernel_warnings
 
         warnings = shared_kernel_warnings(cluster, clusters_here(cluster, root))
-    if boot_warning is not None and not remove:
+    if boot_warning is not None:
         warnings.append(boot_warning)
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan, drains,
                        drain_problem, warnings)
