@@ -11,11 +11,11 @@ import pytest
 from scapy.layers.l2 import ARP, Ether
 
 from lbctl.adapters.garp import (
-    ETH_P_ARP, announce, announce_again_later, announcement, wait_for_link)
+    ETH_P_ARP, announce, announce_again_later, announcement, held_here, wait_for_link)
 
 VIP = IPv4Address("192.168.100.10")
 OTHER = IPv4Address("192.168.100.11")
-LATER = IPv4Address("192.168.100.12")
+LATER = IPv4Address("127.0.0.9")  # held here: lo holds 127.0.0.0/8
 MAC = bytes.fromhex("020000000102")
 
 
@@ -100,3 +100,8 @@ def test_the_second_announcement_comes_later_from_a_child():
         arrived = time.monotonic() - started
     assert os.waitpid(child, 0)[1] == 0
     assert arrived >= 0.5
+
+
+def test_the_second_round_leaves_out_what_this_host_no_longer_holds():
+    # apply --remove, or the VIP moved, within the 5 s.
+    assert held_here([IPv4Address("127.0.0.1"), VIP]) == [IPv4Address("127.0.0.1")]

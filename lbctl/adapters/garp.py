@@ -80,9 +80,24 @@ def _operstate(ifname):
         return "absent"  # the announcement then names the error
 
 
+def held_here(ips):
+    """Those of `ips` this host still holds: a VIP apply --remove or a move
+    took away meanwhile must not be announced."""
+    kept = []
+    for ip in ips:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((str(ip), 0))
+            except OSError:
+                continue  # EADDRNOTAVAIL: no longer an address of this host
+            kept.append(ip)
+    return kept
+
+
 def announce_again_later(ips, ifname, after=AGAIN_AFTER):
-    """A child that announces once more `after` seconds from now; its PID.
-    A child so that the unit's start, which apply waits for, does not wait."""
+    """A child that announces once more `after` seconds from now those of
+    `ips` still held here; its PID.  A child so that the unit's start, which
+    apply waits for, does not wait."""
     pid = os.fork()
     if pid == 0:
         code = 0
@@ -93,7 +108,8 @@ def announce_again_later(ips, ifname, after=AGAIN_AFTER):
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
             time.sleep(after)
-            announce(ips, ifname)
+            if kept := held_here(ips):
+                announce(kept, ifname)
         except OSError:
             code = 1
         finally:
@@ -111,14 +127,20 @@ def main(argv):
         return 64
     try:
         ips = [IPv4Address(text) for text in argv[1:]]
-        wait_for_link(argv[0])
+    except AddressValueError as exc:
+        print(f"lbctl: could not announce {' '.join(argv[1:])}: {exc}", file=sys.stderr)
+        return 64
+    wait_for_link(argv[0])
+    code = 0
+    try:
         announce(ips, argv[0])
-        announce_again_later(ips, argv[0])
-    except (AddressValueError, OSError) as exc:
+    except OSError as exc:
+        # A link still down: the second round, later, is the one that counts.
         print(f"lbctl: could not announce {' '.join(argv[1:])} on {argv[0]}: {exc}",
               file=sys.stderr)
-        return 1
-    return 0
+        code = 1
+    announce_again_later(ips, argv[0])
+    return code
 
 
 if __name__ == "__main__":
