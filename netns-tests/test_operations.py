@@ -199,8 +199,16 @@ def test_drain_wait_shows_the_connections_fall_and_the_table_lists_them_by_name(
     assert {c["client"] for c in pi3} == {str(lab.nodes["client"].address)}
     summary = {s["worker"]: s["states"] for s in listed["summary"] if s["service"] == "web"}
     assert summary["pi3"].get("ESTABLISHED") == held
-    only_pi3 = connections_json(lab, "--worker", "pi3")["connections"]
-    assert sorted(map(entry_key, only_pi3)) == sorted(map(entry_key, pi3))
+    # --worker: pi3's entries alone, read against the kernel's table as above
+    # (entries of earlier tests may expire between two reads).
+    before = {k for k in proc_conn(lab) if k[5] == ADDRESS["pi3"]}
+    only_pi3 = [entry_key(c) for c in connections_json(lab, "--worker", "pi3")["connections"]]
+    after = {k for k in proc_conn(lab) if k[5] == ADDRESS["pi3"]}
+    assert {k[5] for k in only_pi3} == {ADDRESS["pi3"]}
+    missing, unknown = (before & after) - set(only_pi3), set(only_pi3) - (before | after)
+    assert not missing and not unknown, f"not listed: {sorted(missing)[:5]}; " \
+        f"not in the kernel's table: {sorted(unknown)[:5]}"
+    assert {k for k in map(entry_key, pi3) if k[7] == "ESTABLISHED"} <= set(only_pi3)
     text = lab.lbctl("lb1", "status", "--connections").stdout
     assert f"web {WEB_VIP}:80 -> pi3 {ADDRESS['pi3']}:80: {held} ESTABLISHED" in text, text
 
