@@ -120,26 +120,34 @@ def _learned_rows(count):
                    "SYNC       895\n" for n in range(count))
 
 
+BACKUP_DAEMON = SyncDaemon("backup", "eth0", 51, "224.0.0.81", 8848)
+
+
+def _learned_scrapes(root, table, now, seconds_per_count, daemons):
+    """scrape(): the learned-count lines of an exporter whose clock reads
+    now[0], and whose every count of `table` takes `seconds_per_count`."""
+    def count():
+        now[0] += seconds_per_count
+        return learned_connections(str(table))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LbctlCollector(str(root), lambda: [cluster_from(PAIR)],
+                                     lambda: IpvsSnapshot([], daemons, {}), lambda c: 0,
+                                     clock=lambda: now[0], learned=count))
+
+    def scrape():
+        text = generate_latest(registry).decode()
+        return [line for line in text.splitlines()
+                if line.startswith("lbctl_sync_learned_connections ")]
+    return scrape
+
+
 def test_the_learned_count_is_kept_twenty_times_as_long_as_it_took(tmp_path):
     # Counting reads the kernel's whole connection table: a big one takes a
     # Pi a while, and Prometheus may scrape often.  Here each count takes 0.5 s.
     table = tmp_path / "ip_vs_conn_sync"
     table.write_text(SYNC_HEADER + _learned_rows(3))
     now = [1000.0]
-
-    def count():
-        now[0] += 0.5
-        return learned_connections(str(table))
-    registry = CollectorRegistry(auto_describe=False)
-    daemons = [SyncDaemon("backup", "eth0", 51, "224.0.0.81", 8848)]
-    registry.register(LbctlCollector(str(tmp_path), lambda: [cluster_from(PAIR)],
-                                     lambda: IpvsSnapshot([], daemons, {}), lambda c: 0,
-                                     clock=lambda: now[0], learned=count))
-
-    def learned():
-        text = generate_latest(registry).decode()
-        return [line for line in text.splitlines()
-                if line.startswith("lbctl_sync_learned_connections ")]
+    learned = _learned_scrapes(tmp_path, table, now, 0.5, [BACKUP_DAEMON])
     assert learned() == ["lbctl_sync_learned_connections 3.0"]
     table.write_text(SYNC_HEADER + _learned_rows(5))
     now[0] = 1010.4  # the count ended at 1000.5, and is kept for 20 x 0.5 s
@@ -153,20 +161,9 @@ def test_the_learned_count_is_made_again_after_a_failover_and_at_least_every_30s
     table.write_text(SYNC_HEADER + _learned_rows(3))
     state_dir(tmp_path, vrrp="BACKUP 200\n")
     now = [1000.0]
-
-    def count():
-        now[0] += 10  # a huge table: 20 times that would be minutes
-        return learned_connections(str(table))
-    daemons = [SyncDaemon("backup", "eth0", 51, "224.0.0.81", 8848)]
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(LbctlCollector(str(tmp_path), lambda: [cluster_from(PAIR)],
-                                     lambda: IpvsSnapshot([], daemons, {}), lambda c: 0,
-                                     clock=lambda: now[0], learned=count))
-
-    def learned():
-        text = generate_latest(registry).decode()
-        return [line for line in text.splitlines()
-                if line.startswith("lbctl_sync_learned_connections ")]
+    daemons = [BACKUP_DAEMON]
+    # A huge table: 20 times what a count takes would be minutes.
+    learned = _learned_scrapes(tmp_path, table, now, 10, daemons)
     assert learned() == ["lbctl_sync_learned_connections 3.0"]
     table.write_text(SYNC_HEADER + _learned_rows(5))
     now[0] += 29.9
