@@ -79,7 +79,11 @@ def _served(answers):
 
 
 def test_a_returning_master_stays_backup_and_idle_connections_survive(lab):
-    spec = {**PAIR, "vrrp": {"advert_interval": "100ms"}}  # preempt left at its default
+    # preempt left at its default.  Adverts a second apart: a backup that
+    # hears none for three intervals takes over whatever preempt says, and
+    # the emulated lab's busy CPUs can hold a keepalived for longer than
+    # three adverts of 100 ms.
+    spec = {**PAIR, "vrrp": {"advert_interval": "1s"}}
     path = lab.reset(spec, "pair-default-preempt")
     _lb1_master(lab, path)
     lab.wait_for(lambda: ipvs_web_serving(lab, "lb1") == ipvs_web_serving(lab, "lb2") == ALL_WEB,
