@@ -126,18 +126,23 @@ def _connections_by_balancer(lab):
     return counts
 
 
-def _settled_connections(lab, timeout=20):
-    """_connections_by_balancer() once it has stopped moving.  The kernel
-    folds its per-CPU counters into these totals every 2 s, so a count read
-    at once may still lack the connections of the last moments (the
-    fixture's own requests): read until two reads 2.5 s apart agree."""
-    last, deadline = _connections_by_balancer(lab), time.monotonic() + timeout
-    while True:
-        time.sleep(2.5)
-        now = _connections_by_balancer(lab)
-        if now == last or time.monotonic() > deadline:
-            return now
-        last = now
+# A client address of the spread test's own: the balancers' connection
+# entries from it are that test's connections alone.
+SPREAD_SOURCE = "10.99.0.60"
+
+
+def _scheduled_from(lab, source):
+    """How many connections from `source` each balancer's IPVS scheduled for
+    the VIP, from its connection entries (they outlive a closed connection by
+    the FIN_WAIT timeout, 2 min).  Not the service's counters: the kernel
+    folds those from per-CPU counts on a timer that busy CPUs delay for
+    seconds, so two reads that agree may both lack the last connections."""
+    counts = {}
+    for node in ("lb1", "lb2"):
+        table = lab.sh(node, ["ipvsadm", "-Lnc"]).stdout
+        counts[node] = sum(1 for line in table.splitlines()
+                           if f" {source}:" in line and f" {VIP}:80 " in line)
+    return counts
 
 
 def test_the_router_spreads_flows_over_every_balancer(both):
@@ -152,10 +157,12 @@ def test_the_router_spreads_flows_over_every_balancer(both):
     sessions = lab.birdc("show", "protocols")
     for node in ("lb1", "lb2"):
         assert re.search(rf"{node}\s+BGP\s+---\s+up", sessions), sessions
-    before = _settled_connections(lab)
-    answers = lab.ask_web(60, vip=VIP)
-    after = _settled_connections(lab)
-    carried = {node: after[node] - before[node] for node in after}
+    lab.sh("client", ["ip", "address", "add", f"{SPREAD_SOURCE}/32", "dev", "eth0"])
+    try:
+        answers = lab.ask(f"http://{VIP}/", 60, source=SPREAD_SOURCE)
+        carried = _scheduled_from(lab, SPREAD_SOURCE)
+    finally:
+        lab.sh("client", ["ip", "address", "del", f"{SPREAD_SOURCE}/32", "dev", "eth0"])
     report("ecmp spread", connections=carried,
            workers={w: answers.count(f"served by {w}") for w in ("pi1", "pi2", "pi3")})
     assert all(answer.startswith("served by pi") for answer in answers), answers

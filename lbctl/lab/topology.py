@@ -237,12 +237,14 @@ class Lab(Faults, Observations):
     def curl(self, url, node="client", timeout=5):
         return self.sh(node, ["curl", "-sS", "--max-time", str(timeout), url], check=False)
 
-    def ask(self, url, count, node="client", timeout=5):
+    def ask(self, url, count, node="client", timeout=5, source=None):
         """What `count` GETs of `url` from `node` were answered, each on a new
         connection (so each is scheduled anew): its body, or "failed".  One
         curl makes them all: in the emulated lab a curl costs more to start
-        than its requests take."""
-        out = self.sh(node, ["curl", "-sS", "--max-time", str(timeout), "-H", "Connection: close",
+        than its requests take.  `source`: the node's address to send from."""
+        bound = ["--interface", source] if source else []
+        out = self.sh(node, ["curl", "-sS", "--max-time", str(timeout), *bound,
+                             "-H", "Connection: close",
                              "-w", f"\n{ANSWER_END}\n", *[url] * count], check=False).stdout
         answers = out.split(f"\n{ANSWER_END}\n")[:count]
         return [a.strip() or "failed" for a in answers] + ["failed"] * (count - len(answers))
