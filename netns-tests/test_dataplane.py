@@ -5,7 +5,7 @@ import re
 import subprocess
 
 
-from clusters import DNS_VIP, WEB_VIP
+from clusters import DNS_VIP, WEB_VIP, edited
 
 
 def test_apply_then_requests_reach_every_worker_in_weight_proportion(lab, base):
@@ -43,6 +43,34 @@ def _capture_response_macs(lab, requests):
     finally:
         dump.kill()
     return [line.split()[1] for line in out.splitlines() if " > " in line]
+
+
+def test_a_vip_another_host_answers_for_is_not_taken_and_its_mac_is_named(lab, base):
+    # The client was given the new service's VIP by mistake: lb1 must not
+    # take it too, or the LAN's ARP caches would split its clients.
+    vip = "192.168.100.12"
+    spec = edited(services=lambda s: {**s, "admin": {"vip": vip, "port": 80, "scheduler": "rr"}})
+    path = lab.write("admin-vip", spec)
+    lab.sh("client", ["ip", "address", "add", f"{vip}/24", "dev", "eth0"])
+    try:
+        results = lab.apply_all(path)
+    finally:
+        lab.sh("client", ["ip", "address", "del", f"{vip}/24", "dev", "eth0"])
+    refused = results["lb1"]
+    assert refused.returncode != 0, refused.stdout
+    said = refused.stdout + refused.stderr
+    assert f"answers ARP for {vip} (by {lab.mac('client')})" in said, said
+    assert "Nothing on this node was changed" in said, said
+    assert vip not in lab.sh("lb1", ["ip", "-4", "-o", "address", "show"]).stdout
+    assert vip not in lab.sh("lb1", ["ipvsadm", "-Ln"]).stdout
+    # The workers took it on lo, where they answer no ARP, so they are no
+    # holder: with the client's copy gone, the same file applies.
+    assert all(results[w].returncode == 0 for w in ("pi1", "pi2", "pi3")), results
+    applied = lab.lbctl("lb1", "apply", str(path))
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    lab.sh("client", ["ip", "neigh", "flush", "dev", "eth0"])
+    assert lab.vip_macs(vip) == {lab.mac("lb1")}
+    assert all(a.startswith("served by pi") for a in lab.ask(f"http://{vip}/", 6)), vip
 
 
 def test_responses_reach_the_client_from_the_workers_macs(lab, base):

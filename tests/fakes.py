@@ -79,8 +79,9 @@ class FakeIpvs:
 
 
 class FakeAddresses:
-    def __init__(self, entries=()):
+    def __init__(self, entries=(), elsewhere=None):
         self.entries = set(entries)  # (ip, prefixlen, ifname)
+        self.elsewhere = dict(elsewhere or {})  # {IPv4Address: MAC} another host answers for
         self.log = []
 
     def list(self):
@@ -96,6 +97,10 @@ class FakeAddresses:
 
     def announce(self, addresses):
         self.log += [("announce", str(a)) for a in addresses]
+
+    def holders(self, addresses):
+        self.log += [("probe", str(a)) for a in addresses]
+        return {a: self.elsewhere[a.ip] for a in addresses if a.ip in self.elsewhere}
 
 
 class FakeSysctls:

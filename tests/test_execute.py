@@ -361,6 +361,36 @@ def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
     assert node.plan().empty
 
 
+def test_a_vip_another_host_answers_for_is_not_taken_and_nothing_changes():
+    node = Node()
+    node.adapters.addresses.elsewhere = {IPv4Address("192.168.100.11"): "02:00:00:00:09:09"}
+    with pytest.raises(ApplyError) as refused:
+        node.apply()
+    message = str(refused.value)
+    assert message.startswith("apply: add 192.168.100.11/32 dev eth0: another host on the LAN "
+                              "answers ARP for 192.168.100.11 (by 02:00:00:00:09:09)"), message
+    assert "Nothing on this node was changed" in message
+    assert node.adapters.addresses.log == [("probe", "192.168.100.10/32 dev eth0"),
+                                           ("probe", "192.168.100.11/32 dev eth0")]
+    assert node.adapters.ipvs.log == [] and node.adapters.files.files == {}
+    assert node.adapters.sysctls.values == {}
+    # Once the other host lets it go, the same apply takes both VIPs.
+    node.adapters.addresses.elsewhere = {}
+    node.apply()
+    assert (IPv4Address("192.168.100.11"), 32, "eth0") in node.adapters.addresses.entries
+
+
+def test_only_vips_about_to_be_added_on_the_lan_are_probed():
+    node = Node()
+    node.apply()
+    node.adapters.addresses.log.clear()
+    node.apply()  # held already: no probe, and no wait for one
+    assert node.adapters.addresses.log == []
+    worker = Node("pi1")  # on lo, answering no ARP: nothing to ask
+    worker.apply()
+    assert not [e for e in worker.adapters.addresses.log if e[0] == "probe"]
+
+
 def test_every_kind_of_change_has_one_way_to_be_carried_out():
     from lbctl.engine.execute import LOCAL_HANDLERS
     from lbctl.engine.plan import DAEMON_KINDS, IPVS_KINDS, Kind

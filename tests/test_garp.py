@@ -1,17 +1,20 @@
-"""The gratuitous ARP a balancer sends for a VIP it adds, read back by scapy."""
+"""The ARP a balancer sends for a VIP: the probe before it adds one, the
+announcement after; read back by scapy."""
 
 import errno
 import os
 import socket
 import subprocess
 import sys
+import threading
 from ipaddress import IPv4Address
 
 import pytest
 from scapy.layers.l2 import ARP, Ether
 
 from lbctl.adapters.garp import (
-    ETH_P_ARP, announce, announce_again_later, announcement, held_here, wait_for_link)
+    ETH_P_ARP, announce, announce_again_later, announcement, claim_in, held_here, holders, probe,
+    wait_for_link)
 
 VIP = IPv4Address("192.168.100.10")
 OTHER = IPv4Address("192.168.100.11")
@@ -105,3 +108,65 @@ def test_the_second_announcement_comes_later_from_a_child():
 def test_the_second_round_leaves_out_what_this_host_no_longer_holds():
     # apply --remove, or the VIP moved, within the 5 s.
     assert held_here([IPv4Address("127.0.0.1"), VIP]) == [IPv4Address("127.0.0.1")]
+
+
+HOLDER = "02:00:00:00:09:09"
+
+
+def test_the_probe_asks_for_the_vip_from_no_address():
+    arp = Ether(probe(MAC, VIP))[ARP]
+    assert arp.op == 1
+    assert (arp.hwsrc, arp.psrc) == ("02:00:00:00:01:02", "0.0.0.0")  # RFC 5227: no cache learns
+    assert (arp.hwdst, arp.pdst) == ("00:00:00:00:00:00", str(VIP))
+
+
+def test_a_claim_is_another_macs_reply_or_announcement_for_a_probed_vip():
+    wanted = {VIP.packed: VIP}
+    reply = Ether(src=HOLDER, dst="02:00:00:00:01:02") / ARP(
+        op=2, hwsrc=HOLDER, psrc=str(VIP), hwdst="02:00:00:00:01:02", pdst="0.0.0.0")
+    assert claim_in(bytes(reply), MAC, wanted) == (VIP, HOLDER)
+    announced = Ether(src=HOLDER, dst="ff:ff:ff:ff:ff:ff") / ARP(
+        op=1, hwsrc=HOLDER, psrc=str(VIP), pdst=str(VIP))
+    assert claim_in(bytes(announced), MAC, wanted) == (VIP, HOLDER)
+    # Not a claim: our own frame, another host's probe for it (it wants the
+    # VIP too, holds nothing), a reply for another address, an IPv4 packet.
+    assert claim_in(bytes(reply), bytes.fromhex(HOLDER.replace(":", "")), wanted) is None
+    assert claim_in(bytes(Ether(src=HOLDER) / ARP(hwsrc=HOLDER, psrc="0.0.0.0", pdst=str(VIP))),
+                    MAC, wanted) is None
+    other = Ether(src=HOLDER) / ARP(op=2, hwsrc=HOLDER, psrc=str(OTHER))
+    assert claim_in(bytes(other), MAC, wanted) is None
+    assert claim_in(bytes(Ether(src=HOLDER, type=0x0800) / bytes(40)), MAC, wanted) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="packet sockets need root")
+def test_holders_names_the_mac_that_answers_a_probe_and_no_other():
+    # A host on lo that answers each probe for VIP, and ignores OTHER's.
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as host:
+        host.bind(("lo", ETH_P_ARP))
+        host.settimeout(0.2)
+        stop = threading.Event()
+
+        def answer():
+            while not stop.is_set():
+                try:
+                    asked = Ether(host.recv(2048))[ARP]
+                except socket.timeout:
+                    continue
+                if asked.op == 1 and asked.psrc == "0.0.0.0" and asked.pdst == str(VIP):
+                    host.send(bytes(Ether(src=HOLDER, dst=asked.hwsrc) / ARP(
+                        op=2, hwsrc=HOLDER, psrc=str(VIP), hwdst=asked.hwsrc, pdst="0.0.0.0")))
+
+        answering = threading.Thread(target=answer)
+        answering.start()
+        try:
+            found = holders([VIP, OTHER], "lo", count=2, spacing=0.1, listen=0.5)
+        finally:
+            stop.set()
+            answering.join()
+    assert found == {VIP: HOLDER}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="packet sockets need root")
+def test_probing_an_interface_that_is_not_there_raises_oserror():
+    with pytest.raises(OSError):
+        holders([VIP], "no-such-if0")

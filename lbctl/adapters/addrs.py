@@ -35,6 +35,23 @@ class AddressIp:
         for ifname in sorted({a.ifname for a in addresses}):
             announce([a.ip for a in addresses if a.ifname == ifname], ifname)
 
+    def holders(self, addresses):
+        """{Address: MAC} of those of `addresses` another host on their LAN
+        answers ARP for.  An interface that cannot send (down, or gone) is
+        left out: no other host reaches it there either, and at boot a card
+        that is late must not keep the VIPs away."""
+        from lbctl.adapters.garp import holders
+
+        held = {}
+        for ifname in sorted({a.ifname for a in addresses}):
+            mine = {a.ip: a for a in addresses if a.ifname == ifname}
+            try:
+                found = holders(list(mine), ifname)
+            except OSError:
+                continue
+            held.update({mine[ip]: mac for ip, mac in found.items()})
+        return held
+
     @staticmethod
     def _run(*args):
         done = run([IP, *args])

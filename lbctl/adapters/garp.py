@@ -1,4 +1,4 @@
-"""Gratuitous ARP: tell the LAN that this host now holds an address.
+"""ARP for the VIPs a balancer holds: probe before taking one, announce after.
 
 A balancer that takes a VIP on (from a pair's backup, or from the balancer it
 replaces) has another MAC than the one clients and the router have cached for
@@ -10,11 +10,17 @@ The frame is an ARP Announcement (RFC 5227): a request for the address from
 the address, which every Linux host and common router takes to update an
 entry it already has, and which creates none where there was none.
 
-Why not scapy: this is one fixed 42-byte frame, and importing scapy costs a
+Before it adds a VIP, lbctl asks whether another host answers for it (an ARP
+Probe, RFC 5227: a request from 0.0.0.0, which teaches no cache anything).
+A departing balancer still running, or a typo'd address that a printer
+holds, would otherwise split the VIP's clients between two MACs.
+
+Why not scapy: these are fixed 42-byte frames, and importing scapy costs a
 Pi seconds and tens of MB on every apply that adds a VIP.
 """
 
 import os
+import select
 import socket
 import struct
 import sys
@@ -30,6 +36,12 @@ SPACING = 0.1
 # does (a switch port that has just come up may drop the first frames).
 LINK_WAIT = 5.0
 AGAIN_AFTER = 5.0
+# Probes: three rounds 0.2 s apart, then 0.4 s for the last answers.  RFC
+# 5227 spaces them 1-2 s apart for hosts that may be asleep; a host that
+# holds a VIP answers within milliseconds, and apply should not wait seconds.
+PROBE_COUNT = 3
+PROBE_SPACING = 0.2
+PROBE_LISTEN = 0.4
 
 
 def announcement(mac, ip):
@@ -38,6 +50,61 @@ def announcement(mac, ip):
     # Ethernet, IPv4, 6-byte hardware and 4-byte protocol addresses, a request.
     arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
     return ethernet + arp + mac + ip.packed + b"\0" * 6 + ip.packed
+
+
+def probe(mac, ip):
+    """The ARP Probe for `ip` from `mac`: "who has ip?", asked from 0.0.0.0."""
+    ethernet = BROADCAST + mac + struct.pack("!H", ETH_P_ARP)
+    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+    return ethernet + arp + mac + b"\0" * 4 + b"\0" * 6 + ip.packed
+
+
+def claim_in(frame, own_mac, wanted):
+    """(ip, "aa:bb:..") when `frame` is another host's ARP saying it has one
+    of `wanted` ({packed address: ip}): its reply to a probe, or a request
+    sent from that address (its own announcement).  Else None."""
+    if len(frame) < 42 or frame[12:14] != struct.pack("!H", ETH_P_ARP):
+        return None
+    if struct.unpack("!HHBBH", frame[14:22]) not in ((1, 0x0800, 6, 4, 1), (1, 0x0800, 6, 4, 2)):
+        return None
+    sender_mac, sender_ip = frame[22:28], frame[28:32]
+    if sender_mac == own_mac or sender_ip not in wanted:
+        return None
+    return wanted[sender_ip], sender_mac.hex(":")
+
+
+def holders(ips, ifname, count=PROBE_COUNT, spacing=PROBE_SPACING, listen=PROBE_LISTEN,
+            clock=time.monotonic):
+    """{ip: MAC} of those of `ips` that another host on `ifname`'s LAN
+    answers for, from `count` rounds of probes `spacing` s apart and the
+    answers heard until `listen` s after the last.  An interface without an
+    Ethernet address has no ARP: {}.  Raises OSError when the frames cannot be
+    sent (the interface is down or gone)."""
+    wanted = {ip.packed: ip for ip in ips}
+    found = {}
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
+        sock.bind((ifname, ETH_P_ARP))
+        mac = sock.getsockname()[4]
+        if len(mac) != 6:
+            return found
+        frames = [probe(mac, ip) for ip in ips]
+        rounds = [clock() + n * spacing for n in range(count)]
+        end = rounds[-1] + listen
+        while (now := clock()) < end and len(found) < len(wanted):
+            if rounds and now >= rounds[0]:
+                rounds.pop(0)
+                for frame in frames:
+                    sock.send(frame)
+                continue
+            ready, _, _ = select.select([sock], [], [], (rounds[0] if rounds else end) - now)
+            if not ready:
+                continue
+            frame, address = sock.recvfrom(2048)
+            if address[2] == socket.PACKET_OUTGOING:
+                continue  # a probe of ours
+            if claim := claim_in(frame, mac, wanted):
+                found.setdefault(*claim)
+    return found
 
 
 def announce(ips, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):

@@ -107,6 +107,9 @@ class Addresses(Protocol):
     # Gratuitous ARP: hosts that cached another MAC for them learn this one's.
     def announce(self, addresses: list) -> None: ...
 
+    # ARP Probe: {Address: MAC} of those another host on the LAN answers for.
+    def holders(self, addresses: list) -> dict: ...
+
 
 @runtime_checkable
 class Sysctls(Protocol):

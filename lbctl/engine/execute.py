@@ -34,6 +34,7 @@ def execute(plan, adapters):
     # tested first, also when a stop comes before them: a config refused after
     # BIRD stopped would leave the balancer withdrawn and nothing else done.
     _test_daemon_config(plan, adapters)
+    _refuse_vips_held_elsewhere(plan, adapters)
     stop = [c for c in plan.changes if c.kind in DAEMON_KINDS and c.action == REMOVE]
     if stop:
         _run_daemon(adapters, stop, report, plan.cluster)
@@ -114,6 +115,29 @@ def _test_daemon_config(plan, adapters):
             raise ApplyError("test", f"{daemon.name} config {change.new.config}",
                              f"{daemon.name} rejects it; nothing on this node was changed:\n  "
                              + "\n  ".join(problems))
+
+
+def _refuse_vips_held_elsewhere(plan, adapters):
+    """A VIP this run would add to a LAN interface is first probed for (ARP,
+    RFC 5227).  If another host answers for it (a departing balancer still
+    running, a host given the address by mistake), two MACs would split its
+    clients: nothing on this node changes, and the error names the MAC.
+    (On lo, as workers and ECMP balancers hold VIPs, nothing is asked: those
+    hosts answer no ARP for them.)"""
+    on_lan = [c.key for c in plan.changes
+              if c.kind == Kind.ADDRESS and c.action == ADD and c.key.ifname != "lo"]
+    if not on_lan:
+        return
+    held = adapters.addresses.holders(on_lan)
+    if held:
+        named = ", ".join(f"{address.ip} (by {mac})" for address, mac in sorted(
+            held.items(), key=lambda item: item[0].ip))
+        raise ApplyError(
+            "add", ", ".join(str(a) for a in sorted(held, key=lambda a: a.ip)),
+            f"another host on the LAN answers ARP for {named}; two holders would "
+            "split its clients.  Nothing on this node was changed.  Take the address "
+            "off that host (a balancer leaving the cluster: lbctl apply --remove "
+            "there), then apply again.")
 
 
 def _run_daemon(adapters, changes, report, cluster_name):
