@@ -22,6 +22,14 @@ LATER = IPv4Address("127.0.0.9")  # held here: lo holds 127.0.0.0/8
 MAC = bytes.fromhex("020000000102")
 
 
+def arp_socket_on_lo(timeout):
+    """A packet socket that hears every ARP frame sent on lo."""
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP))
+    sock.bind(("lo", ETH_P_ARP))
+    sock.settimeout(timeout)
+    return sock
+
+
 def test_the_frame_is_an_arp_announcement_of_the_vip_from_the_mac():
     frame = Ether(announcement(MAC, VIP))
     assert frame.dst == "ff:ff:ff:ff:ff:ff" and frame.src == "02:00:00:00:01:02"
@@ -33,9 +41,7 @@ def test_the_frame_is_an_arp_announcement_of_the_vip_from_the_mac():
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="packet sockets need root")
 def test_announce_sends_the_frames_on_the_interface():
-    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as seen:
-        seen.bind(("lo", ETH_P_ARP))
-        seen.settimeout(2)
+    with arp_socket_on_lo(2) as seen:
         waits = []
         announce([VIP, OTHER], "lo", count=3, spacing=0.25, sleep=waits.append)
         frames = [Ether(seen.recv(2048)) for _ in range(6)]
@@ -55,9 +61,7 @@ def test_an_interface_that_is_not_there_raises_oserror():
 def test_the_units_command_announces_each_address_and_says_what_failed():
     # As keepalived's unit runs it after putting the VIPs back at boot.
     command = [sys.executable, "-I", "-m", "lbctl.adapters.garp"]
-    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as seen:
-        seen.bind(("lo", ETH_P_ARP))
-        seen.settimeout(5)
+    with arp_socket_on_lo(5) as seen:
         done = subprocess.run([*command, "lo", str(VIP), str(OTHER)], capture_output=True,
                               text=True, timeout=30)
         assert (done.returncode, done.stderr) == (0, "")
@@ -90,9 +94,7 @@ def test_the_second_announcement_comes_later_from_a_child():
     # A switch port that has just come up may drop the first rounds.
     import time
 
-    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as seen:
-        seen.bind(("lo", ETH_P_ARP))
-        seen.settimeout(5)
+    with arp_socket_on_lo(5) as seen:
         started = time.monotonic()
         # An address of its own: another test's second round may be on lo.
         child = announce_again_later([LATER], "lo", after=0.5)
@@ -141,9 +143,7 @@ def test_a_claim_is_another_macs_reply_or_announcement_for_a_probed_vip():
 @pytest.mark.skipif(os.geteuid() != 0, reason="packet sockets need root")
 def test_holders_names_the_mac_that_answers_a_probe_and_no_other():
     # A host on lo that answers each probe for VIP, and ignores OTHER's.
-    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ARP)) as host:
-        host.bind(("lo", ETH_P_ARP))
-        host.settimeout(0.2)
+    with arp_socket_on_lo(0.2) as host:
         stop = threading.Event()
 
         def answer():
