@@ -386,6 +386,37 @@ def test_the_cluster_view_names_a_checked_worker_with_no_report_yet():
             "yet") in lines
 
 
+def test_the_cluster_view_shows_each_mh_order_and_names_balancers_whose_orders_differ():
+    from lbctl.remote.view import format_cluster
+    from lbctl.status.model import NodeStatus
+
+    cluster = cluster_from(PI_ECMP)
+
+    def balancer(*hosts):
+        status = node_status(services=[service_status("tcp 10.200.0.10:80", scheduler="mh",
+                                                      real_servers=[
+            {"address": f"192.168.100.{n}:80", "weight": 1} for n in hosts])])
+        return {"role": "balancer", "host": "-", "error": None,
+                "status": NodeStatus.from_json(status)}
+
+    def shown(lb1, lb2, lb3):
+        report = {"nodes": {"lb1": balancer(*lb1), "lb2": balancer(*lb2),
+                            "lb3": balancer(*lb3)}}
+        return format_cluster(cluster, report, now=100.0).splitlines()
+
+    same = shown((3, 4, 6), (3, 4, 6), (3, 4, 6))
+    orders = {line.split(" order ")[1].split(":")[0] for line in same if " order " in line}
+    assert len(orders) == 1 and len(orders.pop()) == 8, same
+    assert not [line for line in same if line.startswith("!")], same
+    moved = shown((3, 4, 6), (6, 3, 4), (3, 4, 6))
+    (warning,) = [line for line in moved if line.startswith("!")]
+    assert warning.startswith("! service web (tcp 10.200.0.10:80): the balancers list its "
+                              "real servers in different orders (lb1 "), warning
+    assert warning.endswith("), so a flow moved between them may change worker"), warning
+    digests = dict(part.split() for part in warning.split("(")[2].split(")")[0].split(", "))
+    assert digests["lb1"] == digests["lb3"] != digests["lb2"], warning
+
+
 # --- every mode, each fleet helper ------------------------------------------
 # A lone balancer without checks runs no keepalived and has no `vrrp:`; with a
 # check it runs keepalived (and a VRRP instance of its own) but has no peer.

@@ -77,7 +77,30 @@ def format_cluster(cluster, report, now=None):
         body += _node_lines(cluster, entry, head, services, workers, now)
     lines = [f"cluster {cluster.name}: {len(nodes)} node(s)"
              + (f", {len(down)} not reporting ({', '.join(down)})" if down else "")] + body
+    lines += _order_lines(cluster, nodes, services)
     return "\n".join(shown(_cut(line)) for line in lines)
+
+
+def _order_lines(cluster, nodes, services):
+    """In mode ecmp the router may move a flow to another balancer mid-stream
+    (one joins or leaves), and mh there must send it to the same worker: so
+    every balancer's table must list the real servers in one order."""
+    from lbctl.config.model import Mode
+
+    if cluster.mode != Mode.ECMP:
+        return []
+    digests = {}  # {service label: {balancer: digest}}
+    for name, entry in nodes.items():
+        if entry["role"] != "balancer" or entry["error"]:
+            continue
+        for svc in entry["status"].services:
+            if svc.fills_a_table:
+                digests.setdefault(svc.service, {})[name] = svc.order_digest
+    return [f"! service {services.get(label, label)} ({label}): the balancers list its real "
+            "servers in different orders ("
+            + ", ".join(f"{node} {digest}" for node, digest in sorted(by_node.items()))
+            + "), so a flow moved between them may change worker"
+            for label, by_node in sorted(digests.items()) if len(set(by_node.values())) > 1]
 
 
 def _cut(line):
@@ -111,7 +134,8 @@ def _table_lines(status, services, workers, cluster_name, now):
     lines = []
     for svc in status.services:
         name = services.get(svc.service, "not in the file")
-        lines.append(f"  service {name} ({svc.service}) {svc.scheduler}: "
+        order = f" order {svc.order_digest}" if svc.fills_a_table else ""
+        lines.append(f"  service {name} ({svc.service}) {svc.scheduler}{order}: "
                      f"{svc.connections} connections, {svc.conns_per_s}/s")
         for rs in svc.real_servers:
             worker = workers.get(rs.address.rpartition(":")[0], "not in the file")

@@ -10,6 +10,7 @@ Strings are taken as they come: whoever prints them makes them safe
 """
 
 import dataclasses
+import hashlib
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ from dataclasses import dataclass, field
 class StatusShapeError(ValueError):
     """A status answer that does not have a node status's shape; the message
     names the field: `keepalived.web.health[2].since: a str, not a number`."""
+
+
+TABLE_SCHEDULERS = ("mh", "sh")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,19 @@ class ServiceStatus:
     in_bytes_per_s: int
     real_servers: tuple[RealServerStatus, ...] = ()
     flags: tuple[str, ...] = ()
+
+    @property
+    def fills_a_table(self):
+        """mh and sh fill a lookup table from the real servers in the
+        kernel's list order: the same servers in another order make another
+        table, and the same flow another worker."""
+        return self.scheduler in TABLE_SCHEDULERS
+
+    @property
+    def order_digest(self):
+        """The real servers' order in the kernel's list, in 8 hex digits."""
+        listed = " ".join(rs.address for rs in self.real_servers)
+        return hashlib.sha256(listed.encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True)
