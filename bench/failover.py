@@ -7,9 +7,13 @@ each configuration:
   failover    the cable of the balancer holding the VIP pulled, once the
               other's checks have every worker in its pool; from the pull
               to the other's kernel adding the VIP (as `ip -ts monitor`
-              reads it), and the requests that failed
-              meanwhile (a new one every 20 ms, each given 0.5 s).  The cable
-              goes back in and the pair settles before the next run.
+              reads it), and the requests made meanwhile (a new one every
+              20 ms): those not answered within 0.5 s; those a real client
+              never got an answer for (3 s for each attempt, in which the
+              kernel resends the SYN after 1 s, and one more attempt 1 s
+              later, as `curl --connect-timeout 3 --retry 1`); and the 99th
+              percentile of the time a request took.  The cable goes back
+              in and the pair settles before the next run.
   detection   the web servers of every worker killed, each at its own random
               moment within a check interval; from each kill until the
               worker has left the pool of the balancer holding the VIP
@@ -37,6 +41,7 @@ times.  It prints its section of docs/benchmarks.md last.
 
 import argparse
 import collections
+from dataclasses import dataclass
 from datetime import datetime
 import math
 import random
@@ -193,9 +198,23 @@ def pool_of(lab, balancer):
     return {e.rsplit(":", 1)[0] for e in pool(table, hex_endpoint(VIP, 80))}
 
 
+# A real client: an attempt waits up to 3 s (the kernel resends its SYN
+# after 1 s), and a failed one is made once more 1 s later.
+CLIENT_TIMEOUT, CLIENT_RETRIES = 3.0, 1
+HALF_SECOND = 0.5  # a request not answered within it counts as failed
+
+
+@dataclass
+class Failover:
+    gap: float | None  # seconds until the other balancer held the VIP, or None
+    requests: int
+    failed: int  # not answered within HALF_SECOND
+    failed_retrying: int  # never answered, for a client that waits and retries
+    times: list  # seconds each request took, through every attempt
+
+
 def failover(lab, advert):
-    """One cut of the VIP holder's cable under load: (seconds until the other
-    balancer held the VIP, or None, failed requests, requests)."""
+    """One cut of the VIP holder's cable under load: a Failover."""
     holder = settled_holder(lab, advert)
     # The standby's checks failed while its own cable was out (the run
     # before): what is timed is VRRP's takeover, not their return.
@@ -213,9 +232,9 @@ def failover(lab, advert):
     # before the pull (a standby that took over for a moment) is not this one.
     took_over = KernelEvents(lab, standby, ["address"],
                              lambda line: f" inet {VIP}/" in line and "Deleted" not in line)
-    # Failed requests: a fresh one every 20 ms, none waiting for another.
+    # A fresh request every 20 ms, none waiting for another.
     load = lab.traffic("probes", VIP, "--seconds", 1.5 + window, "--interval", 0.02,
-                       "--timeout", 0.5)
+                       "--timeout", CLIENT_TIMEOUT, "--retries", CLIENT_RETRIES)
     try:
         time.sleep(1.5)
         cut = time.time()
@@ -225,8 +244,10 @@ def failover(lab, advert):
         lab.set_link(holder, True)
         took_over.stop()
     moved = took_over.first(since=cut)
-    gap = moved - cut if moved is not None else None
-    return gap, sum(not r[2] for r in records), len(records)
+    times = [round(end - start, 3) for start, end, _ok, _body in records]
+    return Failover(gap=moved - cut if moved is not None else None, requests=len(records),
+                    failed=sum(not r[2] or t > HALF_SECOND for r, t in zip(records, times)),
+                    failed_retrying=sum(not r[2] for r in records), times=times)
 
 
 def survival(lab, advert, count, synced):
@@ -344,14 +365,17 @@ TIMERS = {"lbctl defaults": (0.2, 2.0), "lbctl fast": (0.1, 1.0),
 
 def measure(lab, name, runs, rounds, downloads, log):
     advert, check_interval = TIMERS[name]
-    figures = {"failover": [], "failed": [], "requests": 0, "detection": []}
+    figures = {"failover": [], "failed": [], "failed_retrying": [], "times": [], "requests": 0,
+               "detection": []}
     for run in range(runs):
-        gap, failed, requests = failover(lab, advert)
-        figures["failover"].append(gap)
-        figures["failed"].append(failed)
-        figures["requests"] += requests
-        log(f"{name}: failover {run + 1}/{runs}: "
-            f"{'never' if gap is None else f'{gap:.2f} s'}, {failed} of {requests} failed")
+        cut = failover(lab, advert)
+        figures["failover"].append(cut.gap)
+        figures["failed"].append(cut.failed)
+        figures["failed_retrying"].append(cut.failed_retrying)
+        figures["times"] += cut.times
+        figures["requests"] += cut.requests
+        log(f"{name}: failover {run + 1}/{runs}: {seconds(cut.gap)}, {cut.failed} of "
+            f"{cut.requests} failed at {HALF_SECOND} s, {cut.failed_retrying} retrying")
     for run in range(rounds):
         samples = detection_round(lab, advert, spread=max(5.0, check_interval))
         figures["detection"] += samples
@@ -373,15 +397,17 @@ def distribution(values):
 
 def report(results, runs):
     lines = ["| configuration | VIP on the other balancer: median | p95 | max | failed requests "
-             "per run: median | max | worker out of the pool: median | p95 | max | "
+             "per run, given 0.5 s: median | max | failed for a client that retries: max | "
+             "request time: p99 | worker out of the pool: median | p95 | max | "
              "downloads across a failover, complete |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, f in results.items():
         if not f["failover"]:
-            lines.append(f"| {name} | | | | | | | | | {f['survived']} of {f['downloads']} |")
+            lines.append(f"| {name} | | | | | | | | | | | {f['survived']} of {f['downloads']} |")
             continue
         lines.append(f"| {name} | {distribution(f['failover'])} | "
                      f"{statistics.median(f['failed']):g} | {max(f['failed'])} | "
+                     f"{max(f['failed_retrying'])} | {seconds(percentile(f['times'], 0.99))} | "
                      f"{distribution(f['detection'])} | {f['survived']} of {f['downloads']} |")
     fast, plain = results.get("lbctl fast"), results.get("keepalived defaults")
     notes = []
@@ -475,8 +501,12 @@ def main():
             "Failover: the VIP holder's cable pulled (once the other balancer's checks "
             "have every worker in its pool), timed from the pull to the other's kernel "
             "adding the VIP, as `ip -ts monitor` reads it; "
-            "meanwhile a request every 20 ms, each on a new connection and given 0.5 s, "
-            "none waiting for another, counts the failed ones.  Detection: each worker's web server killed (so "
+            "meanwhile a request every 20 ms, each on a new connection, none waiting for "
+            "another: failed given 0.5 s is those not answered within 0.5 s; failed for a "
+            "client that retries is those never answered by a client that gives each "
+            "attempt 3 s (its kernel resends the SYN after 1 s) and makes one more 1 s "
+            "later, as `curl --connect-timeout 3 --retry 1` (the goal: 0); the request "
+            "time spans every attempt.  Detection: each worker's web server killed (so "
             "connections to it are refused) at a random moment within a check interval "
             "(at least 5 s), timed until the worker leaves the pool, read off the "
             "balancer's IPVS table every 20 ms.  Survival: "

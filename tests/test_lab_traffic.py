@@ -71,3 +71,31 @@ def test_a_request_that_times_out_names_its_step_and_port(server):
     assert body.startswith("error: request from port "), body
     assert body.endswith(": TimeoutError: timed out"), body
     assert 1024 <= failed_client_port(body) <= 65535
+
+
+class FirstSlowHandler(SlowHandler):
+    """Slower than the client's patience for the first request only."""
+    served = 0
+
+    def do_GET(self):
+        FirstSlowHandler.served += 1
+        self.delay = 1.0 if FirstSlowHandler.served == 1 else 0.0
+        super().do_GET()
+
+
+@pytest.mark.parametrize("retries,answered", [(0, False), (1, True)])
+def test_a_probe_that_fails_is_made_again_after_the_delay_when_asked(retries, answered):
+    from lbctl.lab.traffic import probes
+
+    FirstSlowHandler.served = 0
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FirstSlowHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        ((start, end, ok, body),) = probes("127.0.0.1", httpd.server_address[1], 0.01, 1, 0.5,
+                                          retries=retries, retry_delay=0.3)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert ok == answered, body
+    # One record spans both attempts: the user waited for them all.
+    assert end - start >= (0.8 if answered else 0.5)

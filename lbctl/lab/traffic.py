@@ -79,7 +79,7 @@ def steady_load(address, port, seconds, interval, timeout, path="/"):
     return records
 
 
-def probes(address, port, seconds, interval, timeout, path="/"):
+def probes(address, port, seconds, interval, timeout, path="/", retries=0, retry_delay=1.0):
     """A request every `interval` for `seconds`, each on a connection of its
     own and none waiting for those before it: [(start, end, ok, body)].
 
@@ -87,6 +87,11 @@ def probes(address, port, seconds, interval, timeout, path="/"):
     through an outage it asks once per timeout.  Here a fresh SYN leaves
     every `interval` whatever happened to the others, so the first request
     the VIP's new holder answers comes within `interval` of its taking over.
+
+    Each attempt is given `timeout` s; one that fails is made again
+    `retry_delay` s later, up to `retries` times, as `curl --retry` does.
+    Within an attempt the kernel resends an unanswered SYN after 1 s, as
+    for any client.  A record spans every attempt of its request.
     """
     import asyncio
 
@@ -102,10 +107,15 @@ def probes(address, port, seconds, interval, timeout, path="/"):
 
     async def attempt():
         start = time.time()
-        try:
-            ok, body = _answer(await asyncio.wait_for(get(), timeout))
-        except (OSError, asyncio.TimeoutError) as exc:
-            ok, body = False, f"error: {type(exc).__name__}: {exc}"
+        for tried in range(retries + 1):
+            if tried:
+                await asyncio.sleep(retry_delay)
+            try:
+                ok, body = _answer(await asyncio.wait_for(get(), timeout))
+            except (OSError, asyncio.TimeoutError) as exc:
+                ok, body = False, f"error: {type(exc).__name__}: {exc}"
+            if ok:
+                break
         records.append((start, time.time(), ok, body))
 
     async def stream():
@@ -209,6 +219,8 @@ def main(argv=None):
         each.add_argument("--seconds", type=float, required=True)
         each.add_argument("--interval", type=float, default=0.02)
         each.add_argument("--timeout", type=float, default=0.5)
+    r.add_argument("--retries", type=int, default=0)
+    r.add_argument("--retry-delay", type=float, default=1.0)
     d = sub.add_parser("downloads")
     d.add_argument("address")
     d.add_argument("--port", type=int, default=80)
@@ -218,8 +230,12 @@ def main(argv=None):
     d.add_argument("--timeout", type=float, default=120, help="seconds before giving up")
     args = parser.parse_args(argv)
     if args.kind in ("load", "probes"):
-        stream = steady_load if args.kind == "load" else probes
-        result = stream(args.address, args.port, args.seconds, args.interval, args.timeout)
+        if args.kind == "load":
+            result = steady_load(args.address, args.port, args.seconds, args.interval,
+                                 args.timeout)
+        else:
+            result = probes(args.address, args.port, args.seconds, args.interval, args.timeout,
+                            retries=args.retries, retry_delay=args.retry_delay)
     else:
         result = slow_downloads(args.address, args.port, args.count, args.path, args.rate,
                                 timeout=args.timeout)
