@@ -10,6 +10,7 @@ far more; loads that measure a gap use 0.5 s, so a lost request shows.
 import hashlib
 import os
 import random
+import re
 import signal
 import stat
 import subprocess
@@ -175,6 +176,41 @@ def test_a_config_written_without_its_reload_is_loaded_by_the_next_apply(lab, pa
     lab.wait_for(lambda: ipvs_web_weights(lab)["192.168.100.6:80"] == 5, timeout=10,
                  what="pi3's new weight in lb1's table")
     assert lab.lbctl("lb1", "plan", str(reweighted), "--detailed-exitcode").returncode == 0
+
+
+KEEPALIVED_CONSOLE_TIME = re.compile(r"^(\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}): ")
+
+
+def _logged_at(line):
+    """When keepalived logged `line` (its console log has whole seconds)."""
+    return time.mktime(time.strptime(KEEPALIVED_CONSOLE_TIME.match(line)[1],
+                                     "%a %b %d %H:%M:%S %Y"))
+
+
+def test_a_new_weight_reaches_the_kernel_as_keepalived_reloads(lab, pair):
+    """keepalived carries a real server's weight over a reload, then writes
+    the new one as the reload ends (not at a later check, which with a
+    steady-passing check would be never): it is in the kernel when apply
+    returns, and keepalived's log changes it in the second of its reload."""
+    reweighted = lab.write("pair-pi3-weight-5", pair_edited(
+        workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 5}}))
+    log_path = lab.path("lb1", "log_file")
+    log_before = os.path.getsize(log_path)
+    started = time.monotonic()
+    applied = lab.lbctl("lb1", "apply", str(reweighted))
+    took = time.monotonic() - started
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert ipvs_web_weights(lab)["192.168.100.6:80"] == 5
+    with open(log_path) as log:
+        log.seek(log_before)
+        lines = log.read().splitlines()
+    reloads = [line for line in lines if "Reloading" in line]
+    changes = [line for line in lines if "Changing weight from 2 to 5" in line]
+    assert reloads and len(changes) == 1, "\n".join(lines)
+    after_reload = _logged_at(changes[0]) - _logged_at(reloads[0])
+    report("weight change under keepalived", apply_seconds=f"{took:.1f}",
+           logged_after_reload=f"{after_reload:g}s")
+    assert 0 <= after_reload <= 1, "\n".join(lines)
 
 
 def test_a_dead_worker_leaves_within_the_detection_time_and_returns_after_rise(lab, pair):
