@@ -1,6 +1,7 @@
 """What a user sees once the base cluster is applied: traffic, ARP, direct return."""
 
 import collections
+import json
 import re
 import subprocess
 
@@ -54,17 +55,22 @@ def test_a_vip_another_host_answers_for_is_not_taken_and_its_mac_is_named(lab, b
     lab.sh("client", ["ip", "address", "add", f"{vip}/24", "dev", "eth0"])
     try:
         results = lab.apply_all(path)
+        doctor = lab.lbctl("lb1", "doctor", str(path), "--json")
     finally:
         lab.sh("client", ["ip", "address", "del", f"{vip}/24", "dev", "eth0"])
     refused = results["lb1"]
     assert refused.returncode != 0, refused.stdout
     said = refused.stdout + refused.stderr
     assert f"answers ARP for {vip} (by {lab.mac('client')})" in said, said
-    assert "Nothing on this node was changed" in said, said
+    assert "this balancer left it out (the rest is applied)" in said, said
     assert vip not in lab.sh("lb1", ["ip", "-4", "-o", "address", "show"]).stdout
-    assert vip not in lab.sh("lb1", ["ipvsadm", "-Ln"]).stdout
+    # The rest is in place: the other services still serve.
+    assert all(a.startswith("served by pi") for a in lab.ask_web(6))
+    # doctor names the other host as well.
+    found = {(f["node"], f["check"]) for f in json.loads(doctor.stdout)["findings"]}
+    assert (f"unknown host {lab.mac('client')}", "vip-conflict") in found, doctor.stdout
     # The workers took it on lo, where they answer no ARP, so they are no
-    # holder: with the client's copy gone, the same file applies.
+    # holder: with the client's copy gone, the next apply takes it.
     assert all(results[w].returncode == 0 for w in ("pi1", "pi2", "pi3")), results
     applied = lab.lbctl("lb1", "apply", str(path))
     assert applied.returncode == 0, applied.stdout + applied.stderr

@@ -310,6 +310,31 @@ def test_a_pair_reloaded_as_one_balancer_keeps_its_vips(lab, pair):
     assert lab.sh("lb1", ["ipvsadm", "-L", "--daemon"]).stdout == ""
 
 
+def test_a_pair_shrunk_while_the_other_balancer_runs_leaves_it_the_vips(lab, pair):
+    """lb1 is given a one-balancer file while lb2 still runs the pair's
+    keepalived: as lb1's reload lets the VIPs go, lb2 takes them over, and
+    lb1 must not add them too (two MACs for one VIP).  It says who holds
+    them; once lb2 is removed, the same apply takes them."""
+    single = lab.write("one-checked-lb2-running", edited(services=lambda s: {
+        **s, "web": {**s["web"], "workers": ["pi1", "pi2"], "health": WEB_HEALTH}}))
+    applied = lab.lbctl("lb1", "apply", str(single))
+    said = applied.stdout + applied.stderr
+    assert applied.returncode != 0, said
+    assert f"answers ARP for {WEB_VIP} (by {lab.mac('lb2')}), {DNS_VIP} (by {lab.mac('lb2')})" \
+        in said, said
+    held = lab.sh("lb1", ["ip", "-4", "-o", "address", "show", "dev", "eth0"]).stdout
+    assert WEB_VIP not in held and DNS_VIP not in held, held
+    assert lab.vrrp_state("lb2") == "MASTER"
+    assert all(a.startswith("served by pi") for a in lab.ask_web(4))  # through lb2
+    removed = lab.lbctl("lb2", "apply", str(pair), "--remove")
+    assert removed.returncode == 0, removed.stdout + removed.stderr
+    again = lab.lbctl("lb1", "apply", str(single))
+    assert again.returncode == 0, again.stdout + again.stderr
+    held = lab.sh("lb1", ["ip", "-4", "-o", "address", "show", "dev", "eth0"]).stdout
+    assert WEB_VIP in held and DNS_VIP in held, held
+    assert set(lab.ask_web(4)) == {"served by pi1", "served by pi2"}
+
+
 def test_a_master_cut_off_fails_over_and_back(lab, pair):
     lab.ask_web(1)
     load = lab.traffic("load", WEB_VIP, "--seconds", 12, "--interval", 0.05, "--timeout", 0.5)

@@ -82,6 +82,7 @@ class FakeAddresses:
     def __init__(self, entries=(), elsewhere=None):
         self.entries = set(entries)  # (ip, prefixlen, ifname)
         self.elsewhere = dict(elsewhere or {})  # {IPv4Address: MAC} another host answers for
+        self.unasked = {}  # {ifname: why} no probe could go out there
         self.log = []
 
     def list(self):
@@ -98,9 +99,13 @@ class FakeAddresses:
     def announce(self, addresses):
         self.log += [("announce", str(a)) for a in addresses]
 
-    def holders(self, addresses):
+    def probe(self, addresses, listen):
+        from lbctl.adapters.protocols import Probed
+
         self.log += [("probe", str(a)) for a in addresses]
-        return {a: self.elsewhere[a.ip] for a in addresses if a.ip in self.elsewhere}
+        return Probed(held={a: self.elsewhere[a.ip] for a in addresses if a.ip in self.elsewhere},
+                      unasked={ifname: why for ifname, why in self.unasked.items()
+                               if any(a.ifname == ifname for a in addresses)})
 
 
 class FakeSysctls:

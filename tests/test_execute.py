@@ -361,23 +361,37 @@ def test_an_announcement_that_cannot_be_sent_is_a_warning_and_the_vip_stays():
     assert node.plan().empty
 
 
-def test_a_vip_another_host_answers_for_is_not_taken_and_nothing_changes():
+def test_a_vip_another_host_answers_for_is_left_out_and_the_rest_applied():
+    from lbctl.engine.execute import held_elsewhere_error
+
     node = Node()
     node.adapters.addresses.elsewhere = {IPv4Address("192.168.100.11"): "02:00:00:00:09:09"}
-    with pytest.raises(ApplyError) as refused:
-        node.apply()
-    message = str(refused.value)
+    report = node.apply()
+    assert {str(a): mac for a, mac in report.held.items()} == {
+        "192.168.100.11/32 dev eth0": "02:00:00:00:09:09"}
+    entries = node.adapters.addresses.entries
+    assert (IPv4Address("192.168.100.10"), 32, "eth0") in entries
+    assert (IPv4Address("192.168.100.11"), 32, "eth0") not in entries
+    # Not announced either, and every service and real server is in place.
+    assert ("announce", "192.168.100.11/32 dev eth0") not in node.adapters.addresses.log
+    assert len(node.adapters.ipvs.services) == 2 and len(node.adapters.ipvs.dests) == 5
+    message = str(held_elsewhere_error(report.held))
     assert message.startswith("apply: add 192.168.100.11/32 dev eth0: another host on the LAN "
                               "answers ARP for 192.168.100.11 (by 02:00:00:00:09:09)"), message
-    assert "Nothing on this node was changed" in message
-    assert node.adapters.addresses.log == [("probe", "192.168.100.10/32 dev eth0"),
-                                           ("probe", "192.168.100.11/32 dev eth0")]
-    assert node.adapters.ipvs.log == [] and node.adapters.files.files == {}
-    assert node.adapters.sysctls.values == {}
-    # Once the other host lets it go, the same apply takes both VIPs.
+    # Once the other host lets go, the next apply takes it.
     node.adapters.addresses.elsewhere = {}
-    node.apply()
-    assert (IPv4Address("192.168.100.11"), 32, "eth0") in node.adapters.addresses.entries
+    assert not node.apply().held
+    assert (IPv4Address("192.168.100.11"), 32, "eth0") in entries
+
+
+def test_a_vip_added_where_no_probe_could_go_out_says_so():
+    node = Node()
+    node.adapters.addresses.unasked = {"eth0": "its link is lowerlayerdown"}
+    report = node.apply()
+    assert (IPv4Address("192.168.100.10"), 32, "eth0") in node.adapters.addresses.entries
+    assert report.warnings == [
+        "added 192.168.100.10, 192.168.100.11 without asking whether another host on the LAN "
+        "holds them: no ARP Probe went out on eth0 (its link is lowerlayerdown)"]
 
 
 def test_only_vips_about_to_be_added_on_the_lan_are_probed():

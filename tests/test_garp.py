@@ -170,3 +170,18 @@ def test_holders_names_the_mac_that_answers_a_probe_and_no_other():
 def test_probing_an_interface_that_is_not_there_raises_oserror():
     with pytest.raises(OSError):
         holders([VIP], "no-such-if0")
+
+
+def test_an_interface_that_cannot_probe_is_named_not_waited_for(monkeypatch):
+    import lbctl.adapters.garp as garp
+    from lbctl.adapters.addrs import AddressIp
+    from lbctl.state import Address
+
+    gone = AddressIp().probe([Address(VIP, "no-such-if0")], listen=0.1)
+    assert (gone.held, gone.unasked) == ({}, {"no-such-if0": "its link is absent"})
+
+    def refused(ips, ifname, listen):
+        raise OSError(errno.ENOBUFS, "No buffer space available")
+    monkeypatch.setattr(garp, "holders", refused)
+    full = AddressIp().probe([Address(VIP, "lo")], listen=0.1)  # lo's state: "unknown"
+    assert (full.held, full.unasked) == ({}, {"lo": "No buffer space available"})

@@ -35,22 +35,27 @@ class AddressIp:
         for ifname in sorted({a.ifname for a in addresses}):
             announce([a.ip for a in addresses if a.ifname == ifname], ifname)
 
-    def holders(self, addresses):
-        """{Address: MAC} of those of `addresses` another host on their LAN
-        answers ARP for.  An interface that cannot send (down, or gone) is
-        left out: no other host reaches it there either, and at boot a card
-        that is late must not keep the VIPs away."""
-        from lbctl.adapters.garp import holders
+    def probe(self, addresses, listen):
+        """Probed: which of `addresses` another host on their LAN answers ARP
+        for.  An interface whose link is not up is not asked (its probes
+        would go nowhere, and a silence would say nothing): it is named in
+        `unasked`, so that at boot a card that is late keeps its VIPs."""
+        from lbctl.adapters.garp import holders, link_state
+        from lbctl.adapters.protocols import Probed
 
-        held = {}
+        found = Probed()
         for ifname in sorted({a.ifname for a in addresses}):
             mine = {a.ip: a for a in addresses if a.ifname == ifname}
-            try:
-                found = holders(list(mine), ifname)
-            except OSError:
+            if (state := link_state(ifname)) not in ("up", "unknown"):
+                found.unasked[ifname] = f"its link is {state}"
                 continue
-            held.update({mine[ip]: mac for ip, mac in found.items()})
-        return held
+            try:
+                heard = holders(list(mine), ifname, listen=listen)
+            except OSError as exc:
+                found.unasked[ifname] = exc.strerror or str(exc)
+                continue
+            found.held.update({mine[ip]: mac for ip, mac in heard.items()})
+        return found
 
     @staticmethod
     def _run(*args):

@@ -99,7 +99,10 @@ def holders(ips, ifname, count=PROBE_COUNT, spacing=PROBE_SPACING, listen=PROBE_
             ready, _, _ = select.select([sock], [], [], (rounds[0] if rounds else end) - now)
             if not ready:
                 continue
-            frame, address = sock.recvfrom(2048)
+            try:
+                frame, address = sock.recvfrom(2048)
+            except OSError:
+                break  # what was heard so far still counts
             if address[2] == socket.PACKET_OUTGOING:
                 continue  # a probe of ours
             if claim := claim_in(frame, mac, wanted):
@@ -131,7 +134,7 @@ def wait_for_link(ifname, patience=LINK_WAIT, read_state=None, clock=time.monoto
     """Until `ifname` is up, or `patience` seconds have passed; its last state.
     "unknown" counts as up: interfaces without a carrier (dummy, lo) say so.
     One that is not there is not waited for (the unit put the VIPs on it)."""
-    read_state = read_state or _operstate
+    read_state = read_state or link_state
     deadline = clock() + patience
     while (state := read_state(ifname)) not in ("up", "unknown", "absent") \
             and clock() < deadline:
@@ -139,7 +142,8 @@ def wait_for_link(ifname, patience=LINK_WAIT, read_state=None, clock=time.monoto
     return state
 
 
-def _operstate(ifname):
+def link_state(ifname):
+    """The interface's operstate ("up", "down", "lowerlayerdown", ...), or "absent"."""
     try:
         with open(f"/sys/class/net/{ifname}/operstate") as f:
             return f.read().strip()

@@ -75,6 +75,13 @@ class IpvsOp:
 
 
 @dataclass
+class Probed:
+    """What ARP Probes for some addresses found."""
+    held: dict = field(default_factory=dict)  # {Address: MAC of another host answering}
+    unasked: dict = field(default_factory=dict)  # {ifname: why no probe went out}
+
+
+@dataclass
 class OpResult:
     op: IpvsOp
     error: Exception | None = None
@@ -107,8 +114,8 @@ class Addresses(Protocol):
     # Gratuitous ARP: hosts that cached another MAC for them learn this one's.
     def announce(self, addresses: list) -> None: ...
 
-    # ARP Probe: {Address: MAC} of those another host on the LAN answers for.
-    def holders(self, addresses: list) -> dict: ...
+    # ARP Probes for the addresses, answers heard for `listen` s after the last.
+    def probe(self, addresses: list, listen: float) -> "Probed": ...
 
 
 @runtime_checkable

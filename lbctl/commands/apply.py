@@ -3,7 +3,7 @@ import time
 from lbctl.config import load_cluster
 from lbctl.status.render import describe_drains
 from lbctl.errors import PlanChanged, UsageError
-from lbctl.engine.execute import execute, note_loaded
+from lbctl.engine.execute import execute, held_elsewhere_error, note_loaded
 from lbctl.records.last_apply import record_last_apply
 from lbctl.records.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
@@ -65,7 +65,8 @@ def _apply(args, out, cluster, reached):
             if released and not ctx.plan.empty:
                 out.write("  keepalived let go of the pair's VIPs as it reloaded; this "
                           "balancer holds them itself now:\n")
-            report = execute(ctx.plan, ctx.adapters) if not ctx.plan.empty else None
+            report = execute(ctx.plan, ctx.adapters, listen=_peer_takeover_seconds(cluster)) \
+                if not ctx.plan.empty else None
     if args.remove:
         remove_runtime_dirs(args.root, cluster.name)
     if report is None:
@@ -77,9 +78,24 @@ def _apply(args, out, cluster, reached):
     if ctx.plan.deferred:
         out.write(f"{DEFERRED_MARK}: " + "; ".join(str(c).strip() for c in ctx.plan.deferred)
                   + "\n")
+    code = 0
     if ctx.desired.keepalived is not None:
-        return check_keepalived_table(ctx, out, waited=changed)
-    return 0
+        code = check_keepalived_table(ctx, out, waited=changed)
+    if report is not None and report.held:
+        raise held_elsewhere_error(report.held)
+    return code
+
+
+def _peer_takeover_seconds(cluster):
+    """How long the ARP Probes for VIPs keepalived has just let go of wait
+    for an answer: a pair's peer that still runs takes them over at once on
+    keepalived's priority-0 advert, or, should that be lost, once it has
+    missed three adverts.  The file's advert interval (lbctl's default where
+    it sets none) is the best guess of the old pair's."""
+    from lbctl.config.model import Vrrp
+
+    advert = cluster.vrrp.advert_interval if cluster.vrrp is not None else Vrrp.advert_interval
+    return 3 * advert + 1
 
 
 def vips_the_reload_drops(ctx):

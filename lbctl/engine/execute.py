@@ -7,8 +7,9 @@ record.  Stopping anywhere leaves a state the next apply converges from.
 
 import errno
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from lbctl.adapters.garp import PROBE_LISTEN
 from lbctl.adapters.protocols import IpvsOp
 from lbctl.errors import ApplyError
 from lbctl.records.ownership import write_ownership
@@ -26,20 +27,27 @@ class ApplyReport:
     warnings: list = field(default_factory=list)  # done, but not all of it worked
     writes: int = 0
     replan: bool = False  # a daemon stopped: observe again and apply the rest
+    held: dict = field(default_factory=dict)  # {Address: MAC}: VIPs another host answers for
 
 
-def execute(plan, adapters):
+def execute(plan, adapters, listen=PROBE_LISTEN):
+    """`listen`: how long the ARP Probes for VIPs to add wait for answers
+    after the last one (longer right after keepalived let a pair's VIPs go:
+    the peer may be taking them over)."""
     report = ApplyReport()
     # Every daemon the plan starts or reloads is prepared and its config
     # tested first, also when a stop comes before them: a config refused after
     # BIRD stopped would leave the balancer withdrawn and nothing else done.
     _test_daemon_config(plan, adapters)
-    _refuse_vips_held_elsewhere(plan, adapters)
     stop = [c for c in plan.changes if c.kind in DAEMON_KINDS and c.action == REMOVE]
     if stop:
         _run_daemon(adapters, stop, report, plan.cluster)
         report.replan = True
         return report
+    report.held = _held_elsewhere(plan, adapters, report, listen)
+    if report.held:
+        plan = replace(plan, changes=[c for c in plan.changes if not (
+            c.kind == Kind.ADDRESS and c.action == ADD and c.key in report.held)])
     try:
         _make_changes(plan, adapters, report)
     finally:
@@ -117,27 +125,35 @@ def _test_daemon_config(plan, adapters):
                              + "\n  ".join(problems))
 
 
-def _refuse_vips_held_elsewhere(plan, adapters):
-    """A VIP this run would add to a LAN interface is first probed for (ARP,
-    RFC 5227).  If another host answers for it (a departing balancer still
-    running, a host given the address by mistake), two MACs would split its
-    clients: nothing on this node changes, and the error names the MAC.
-    (On lo, as workers and ECMP balancers hold VIPs, nothing is asked: those
-    hosts answer no ARP for them.)"""
+def _held_elsewhere(plan, adapters, report, listen):
+    """{Address: MAC} of the VIPs this run would add to a LAN interface that
+    another host answers ARP for (a departing balancer still running, a host
+    given the address by mistake): two MACs would split their clients, so
+    they are left out and the rest is applied.  (On lo, where workers and
+    ECMP balancers hold VIPs, nothing is asked: those answer no ARP.)"""
     on_lan = [c.key for c in plan.changes
               if c.kind == Kind.ADDRESS and c.action == ADD and c.key.ifname != "lo"]
     if not on_lan:
-        return
-    held = adapters.addresses.holders(on_lan)
-    if held:
-        named = ", ".join(f"{address.ip} (by {mac})" for address, mac in sorted(
-            held.items(), key=lambda item: item[0].ip))
-        raise ApplyError(
-            "add", ", ".join(str(a) for a in sorted(held, key=lambda a: a.ip)),
-            f"another host on the LAN answers ARP for {named}; two holders would "
-            "split its clients.  Nothing on this node was changed.  Take the address "
-            "off that host (a balancer leaving the cluster: lbctl apply --remove "
-            "there), then apply again.")
+        return {}
+    probed = adapters.addresses.probe(on_lan, listen)
+    for ifname, why in sorted(probed.unasked.items()):
+        vips = ", ".join(str(a.ip) for a in on_lan if a.ifname == ifname)
+        report.warnings.append(f"added {vips} without asking whether another host on the LAN "
+                               f"holds them: no ARP Probe went out on {ifname} ({why})")
+    return probed.held
+
+
+def held_elsewhere_error(held):
+    """The ApplyError for VIPs apply left out because another host holds them."""
+    ordered = sorted(held, key=lambda a: a.ip)
+    named = ", ".join(f"{a.ip} (by {held[a]})" for a in ordered)
+    return ApplyError(
+        "add", ", ".join(str(a) for a in ordered),
+        f"another host on the LAN answers ARP for {named}; two holders would split its "
+        "clients, so this balancer left it out (the rest is applied).  A balancer leaving "
+        "the cluster: `lbctl apply --remove` there, then apply here again (to shrink a pair "
+        "without a gap, remove the departing balancer first); a worker: its ARP settings, "
+        "which `lbctl doctor` checks.")
 
 
 def _run_daemon(adapters, changes, report, cluster_name):
