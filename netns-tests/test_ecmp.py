@@ -3,6 +3,7 @@ router running BIRD, which spreads the client's flows over both by an L4
 hash.  Real BIRD on every side, real keepalived checks, real IPVS mh."""
 
 import copy
+import json
 import os
 import re
 import select
@@ -170,8 +171,12 @@ def test_the_router_spreads_flows_over_every_balancer(both):
     # Each balancer carries a share: a fair hash puts fewer than 12 of 60 on
     # one side about once in 10^5 runs.
     assert min(carried.values()) >= 12, carried
-    # Both balancers chose workers from one table.
+    # Both balancers chose workers from one table, and doctor --all (which
+    # compares what each balancer's doctor reports) sees the same order.
     assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
+    orders = {node: json.loads(lab.lbctl(node, "doctor", str(lab.files / "ecmp.yaml"), "--json",
+                                         "--no-wire").stdout)["orders"] for node in ("lb1", "lb2")}
+    assert orders["lb1"] == orders["lb2"] and list(orders["lb1"]) == [f"tcp {VIP}:80"], orders
 
 
 # lb2's packets to the workers' web port, so its checks, dropped.

@@ -366,6 +366,46 @@ def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(
          f"probe it from another balancer: `lbctl doctor {path} --all --node lb2,pi1,pi2`"}]
 
 
+def test_doctor_all_finds_ecmp_balancers_whose_table_orders_differ(monkeypatch, tmp_path):
+    import io
+    from types import SimpleNamespace
+
+    from lbctl.commands import cluster_doctor
+
+    def report(node, orders):
+        return json.dumps({"cluster": "pi-web", "run_on": node, "not_run": [], "findings": [],
+                           **({} if orders is None else {"orders": orders})})
+
+    orders = {}
+
+    def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        return {t.node: Outcome(t, 0, report(t.node, orders.get(t.node)), "")
+                for t in targets_}
+    monkeypatch.setattr(cluster_doctor, "run_on_each", on_each)
+    path = tmp_path / "ecmp.yaml"
+    path.write_text(PI_ECMP)
+
+    def run():
+        out = io.StringIO()
+        code = cluster_doctor.run(SimpleNamespace(file=str(path), node=None, ssh_config=None,
+                                                  json=True), out)
+        return code, json.loads(out.getvalue())["findings"]
+
+    web = "tcp 10.200.0.10:80"
+    orders.update(lb1={web: "aaaa1111"}, lb2={web: "aaaa1111"}, lb3={web: "aaaa1111"})
+    assert run() == (0, [])
+    orders["lb2"] = {web: "bbbb2222"}
+    code, (found,) = run()
+    assert code == 1
+    assert (found["node"], found["check"]) == ("lb1, lb2, lb3", "table-order-differs")
+    assert found["evidence"] == "order digests: lb1 aaaa1111, lb2 bbbb2222, lb3 aaaa1111"
+    assert "lbctl drain-balancer NAME" in found["fix"]
+    assert "systemctl restart lbctl-pi-web-keepalived" in found["fix"]
+    # A node's odd answer is no crash, and no finding.
+    orders["lb2"] = {web: 7}
+    assert run() == (0, [])
+
+
 def test_the_cluster_view_names_a_checked_worker_with_no_report_yet():
     from lbctl.remote.view import format_cluster
 

@@ -33,6 +33,30 @@ def merge(findings):
     return list(merged.values())
 
 
+def order_findings(cluster_name, orders):
+    """Findings for the services whose real servers the ECMP balancers list
+    in different orders ({balancer: {service label: digest}})."""
+    by_service = {}
+    for node, digests in orders.items():
+        for label, digest in digests.items():
+            if isinstance(label, str) and isinstance(digest, str):  # a node's JSON
+                by_service.setdefault(label, {})[node] = digest
+    found = []
+    for label, by_node in sorted(by_service.items()):
+        if len(set(by_node.values())) < 2:
+            continue
+        found.append(Finding(
+            ", ".join(sorted(by_node)), "table-order-differs",
+            f"the balancers list the real servers of {label} in different orders, so mh "
+            "fills different tables: a flow the router moves between them may reach "
+            "another worker",
+            "order digests: " + ", ".join(f"{n} {d}" for n, d in sorted(by_node.items())),
+            "on one balancer at a time, the file unchanged: `sudo lbctl drain-balancer "
+            f"NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, `sudo lbctl "
+            "undrain-balancer NAME` (a fresh keepalived adds them in the file's order)"))
+    return found
+
+
 def format_text(cluster, where, findings, not_run, unchecked=(), asked=None):
     """`asked`: how many nodes doctor --all asked, and `unchecked` those it
     could not check; None for one node's own doctor."""
@@ -56,7 +80,11 @@ def format_text(cluster, where, findings, not_run, unchecked=(), asked=None):
     return "\n".join(lines) + "\n"
 
 
-def format_json(cluster, where, findings, not_run):
-    return json.dumps({"cluster": cluster, "run_on": where,
-                       "findings": [asdict(f) for f in findings],
-                       "not_run": [asdict(n) for n in not_run]}, indent=2) + "\n"
+def format_json(cluster, where, findings, not_run, orders=None):
+    """`orders`: an ECMP balancer's {service label: order digest} of its
+    table-filling services, which doctor --all compares between balancers."""
+    report = {"cluster": cluster, "run_on": where, "findings": [asdict(f) for f in findings],
+              "not_run": [asdict(n) for n in not_run]}
+    if orders is not None:
+        report["orders"] = orders
+    return json.dumps(report, indent=2) + "\n"

@@ -24,6 +24,12 @@ class StatusShapeError(ValueError):
 TABLE_SCHEDULERS = ("mh", "sh")
 
 
+def order_digest(addresses):
+    """A service's real servers ("ADDRESS:PORT" each) in the kernel's list
+    order, as 8 hex digits: equal digests, equal orders."""
+    return hashlib.sha256(" ".join(addresses).encode()).hexdigest()[:8]
+
+
 @dataclass(frozen=True)
 class ClusterOnNode:
     cluster: str
@@ -69,9 +75,7 @@ class ServiceStatus:
 
     @property
     def order_digest(self):
-        """The real servers' order in the kernel's list, in 8 hex digits."""
-        listed = " ".join(rs.address for rs in self.real_servers)
-        return hashlib.sha256(listed.encode()).hexdigest()[:8]
+        return order_digest(rs.address for rs in self.real_servers)
 
 
 @dataclass(frozen=True)
