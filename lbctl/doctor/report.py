@@ -53,7 +53,8 @@ def order_findings(cluster_name, orders):
             "order digests: " + ", ".join(f"{n} {d}" for n, d in sorted(by_node.items())),
             "on one balancer at a time, the file unchanged: `sudo lbctl drain-balancer "
             f"NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, `sudo lbctl "
-            "undrain-balancer NAME` (a fresh keepalived adds them in the file's order)"))
+            "undrain-balancer NAME` (a freshly started keepalived adds them in an order "
+            "the file alone sets)"))
     return found
 
 
