@@ -311,7 +311,7 @@ def test_a_single_balancers_unit_puts_its_vips_back_at_boot_and_a_pairs_does_not
         ["/usr/sbin/ip", "-4", "address", "replace", "192.168.100.11/32", "dev", "eth0"]]
     # And tells the LAN, which may cache another MAC for them (a board swap).
     assert exec_start_lines(single, "ExecStartPost") == [
-        ["-/usr/bin/timeout", "20", "/usr/bin/python3", "-I", "-m", "lbctl.adapters.garp",
+        ["-/usr/bin/timeout", "-k", "5", "20", "/usr/bin/python3", "-I", "-m", "lbctl.adapters.garp",
          "eth0", "192.168.100.10", "192.168.100.11"]]
     (pair,) = units_of(PAIR).values()
     assert not [argv for argv in exec_start_lines(pair, "ExecStartPre") if "address" in argv]
