@@ -65,8 +65,13 @@ def test_the_units_command_announces_each_address_and_says_what_failed():
         done = subprocess.run([*command, "lo", str(VIP), str(OTHER)], capture_output=True,
                               text=True, timeout=30)
         assert (done.returncode, done.stderr) == (0, "")
-        frames = [Ether(seen.recv(2048)) for _ in range(6)]
-    assert sorted(f[ARP].psrc for f in frames) == sorted([str(VIP), str(OTHER)] * 3)
+        # First it asks whether another host holds them (probes, from
+        # 0.0.0.0), then, as none answered, announces them.
+        frames = [Ether(seen.recv(2048))[ARP] for _ in range(12)]
+    probes = [f.pdst for f in frames if f.psrc == "0.0.0.0"]
+    announced = [f.psrc for f in frames if f.psrc != "0.0.0.0"]
+    assert sorted(probes) == sorted(announced) == sorted([str(VIP), str(OTHER)] * 3)
+    assert frames.index(next(f for f in frames if f.psrc != "0.0.0.0")) == 6
     gone = subprocess.run([*command, "no-such-if0", str(VIP)], capture_output=True, text=True,
                           timeout=30)
     assert gone.returncode == 1
@@ -185,3 +190,17 @@ def test_an_interface_that_cannot_probe_is_named_not_waited_for(monkeypatch):
     monkeypatch.setattr(garp, "holders", refused)
     full = AddressIp().probe([Address(VIP, "lo")], listen=0.1)  # lo's state: "unknown"
     assert (full.held, full.unasked) == ({}, {"lo": "No buffer space available"})
+
+
+def test_at_boot_a_vip_another_host_answers_for_is_taken_off_again(capsys):
+    from lbctl.adapters.garp import let_go_of_held
+
+    dropped = []
+    kept = let_go_of_held([VIP, OTHER], "lo", probe=lambda ips, ifname: {VIP: HOLDER},
+                          drop=lambda ip, ifname: dropped.append((ip, ifname)))
+    assert kept == [OTHER] and dropped == [(VIP, "lo")]
+    said = capsys.readouterr().err
+    assert said.startswith(f"lbctl: another host ({HOLDER}) answers ARP for {VIP} on lo: "
+                           "taking it off lo again"), said
+    # A card whose link is not up is not asked: it keeps what it put there.
+    assert let_go_of_held([VIP], "no-such-if0", probe=None, drop=None) == [VIP]

@@ -188,9 +188,41 @@ def announce_again_later(ips, ifname, after=AGAIN_AFTER):
     return pid
 
 
+def let_go_of_held(ips, ifname, probe=None, drop=None):
+    """Those of `ips` (held here) that another host on `ifname`'s LAN also
+    answers for are taken off `ifname` again, each said on stderr: two MACs
+    would split the VIP's clients, and the other host was there first.
+    Returns the others.  A link that is not up is not asked."""
+    probe = probe or holders
+    drop = drop or _drop_address
+    if link_state(ifname) not in ("up", "unknown"):
+        return list(ips)
+    try:
+        held = probe(ips, ifname)
+    except OSError:
+        return list(ips)
+    for ip, mac in sorted(held.items()):
+        print(f"lbctl: another host ({mac}) answers ARP for {ip} on {ifname}: taking it off "
+              f"{ifname} again, as two holders would split its clients; `lbctl doctor` names "
+              "the host, and `lbctl apply` takes the VIP once it has let go", file=sys.stderr)
+        drop(ip, ifname)
+    return [ip for ip in ips if ip not in held]
+
+
+def _drop_address(ip, ifname):
+    from lbctl.adapters.addrs import AddressIp
+    from lbctl.state import Address
+
+    try:
+        AddressIp().remove(Address(ip, ifname))
+    except OSError as exc:
+        print(f"lbctl: could not take {ip} off {ifname}: {exc}", file=sys.stderr)
+
+
 def main(argv):
     """`python -m lbctl.adapters.garp IFNAME ADDRESS...`: keepalived's unit
-    announces the VIPs it has just put back on the LAN interface at boot."""
+    announces the VIPs it has just put back on the LAN interface at boot,
+    once it has made sure no other host holds them."""
     from ipaddress import IPv4Address, AddressValueError
 
     if len(argv) < 2:
@@ -202,12 +234,16 @@ def main(argv):
         print(f"lbctl: could not announce {' '.join(argv[1:])}: {exc}", file=sys.stderr)
         return 64
     wait_for_link(argv[0])
-    code = 0
+    kept = let_go_of_held(ips, argv[0])
+    code = 0 if kept == ips else 1
+    ips = kept
+    if not ips:
+        return code
     try:
         announce(ips, argv[0])
     except OSError as exc:
         # A link still down: the second round, later, is the one that counts.
-        print(f"lbctl: could not announce {' '.join(argv[1:])} on {argv[0]}: {exc}",
+        print(f"lbctl: could not announce {' '.join(map(str, ips))} on {argv[0]}: {exc}",
               file=sys.stderr)
         code = 1
     announce_again_later(ips, argv[0])
