@@ -394,6 +394,36 @@ def test_a_vip_added_where_no_probe_could_go_out_says_so():
         "holds them: no ARP Probe went out on eth0 (its link is lowerlayerdown)"]
 
 
+def test_after_a_pair_lets_go_the_probes_wait_for_its_peer_to_take_over():
+    from types import SimpleNamespace
+
+    from lbctl.commands.apply import _peer_takeover_seconds
+    from lbctl.engine.plan import REMOVE, Change, Kind
+    from lbctl.state import FileSpec
+
+    def plan(old_conf):
+        return SimpleNamespace(changes=[Change(
+            REMOVE, Kind.FILE, "/etc/lbctl/x/keepalived.conf", old=FileSpec(old_conf))])
+
+    # Four of the old pair's adverts (three missed, and the skew) and a second.
+    pair = "vrrp_instance lb {\n    advert_int 1\n}\n"
+    assert _peer_takeover_seconds(plan(pair)) == 5
+    assert _peer_takeover_seconds(plan(pair.replace("advert_int 1", "advert_int 0.1"))) == 1.4
+    # No pair before: lbctl's default interval.
+    assert _peer_takeover_seconds(plan("virtual_server 1 {}\n")) == 4 * 0.2 + 1
+
+
+def test_a_held_vip_is_not_claimed_in_the_ownership_record():
+    node = Node()
+    node.adapters.addresses.elsewhere = {IPv4Address("192.168.100.11"): "02:00:00:00:09:09"}
+    report = node.apply()
+    assert report.warnings and "answers ARP for 192.168.100.11" in report.warnings[0]
+    from lbctl.records.ownership import read_ownership
+
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
+    assert {str(a.ip) for a in owned.addresses} == {"192.168.100.10"}
+
+
 def test_only_vips_about_to_be_added_on_the_lan_are_probed():
     node = Node()
     node.apply()

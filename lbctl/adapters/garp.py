@@ -59,16 +59,18 @@ def probe(mac, ip):
     return ethernet + arp + mac + b"\0" * 4 + b"\0" * 6 + ip.packed
 
 
-def claim_in(frame, own_mac, wanted):
+def claim_in(frame, own_macs, wanted):
     """(ip, "aa:bb:..") when `frame` is another host's ARP saying it has one
     of `wanted` ({packed address: ip}): its reply to a probe, or a request
-    sent from that address (its own announcement).  Else None."""
+    sent from that address (its own announcement).  Else None.  `own_macs`:
+    this host's, whose answers (another card of ours on the same LAN, for a
+    VIP we hold elsewhere) are no other host's."""
     if len(frame) < 42 or frame[12:14] != struct.pack("!H", ETH_P_ARP):
         return None
     if struct.unpack("!HHBBH", frame[14:22]) not in ((1, 0x0800, 6, 4, 1), (1, 0x0800, 6, 4, 2)):
         return None
     sender_mac, sender_ip = frame[22:28], frame[28:32]
-    if sender_mac == own_mac or sender_ip not in wanted:
+    if sender_mac in own_macs or sender_ip not in wanted:
         return None
     return wanted[sender_ip], sender_mac.hex(":")
 
@@ -79,7 +81,8 @@ def holders(ips, ifname, count=PROBE_COUNT, spacing=PROBE_SPACING, listen=PROBE_
     answers for, from `count` rounds of probes `spacing` s apart and the
     answers heard until `listen` s after the last.  An interface without an
     Ethernet address has no ARP: {}.  Raises OSError when the frames cannot be
-    sent (the interface is down or gone)."""
+    sent (the interface is down or gone), or when listening failed before
+    any answer: a silence cut short says nothing."""
     wanted = {ip.packed: ip for ip in ips}
     found = {}
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
@@ -87,6 +90,7 @@ def holders(ips, ifname, count=PROBE_COUNT, spacing=PROBE_SPACING, listen=PROBE_
         mac = sock.getsockname()[4]
         if len(mac) != 6:
             return found
+        own = {mac} | host_macs()
         frames = [probe(mac, ip) for ip in ips]
         rounds = [clock() + n * spacing for n in range(count)]
         end = rounds[-1] + listen
@@ -102,12 +106,26 @@ def holders(ips, ifname, count=PROBE_COUNT, spacing=PROBE_SPACING, listen=PROBE_
             try:
                 frame, address = sock.recvfrom(2048)
             except OSError:
+                if not found:
+                    raise
                 break  # what was heard so far still counts
             if address[2] == socket.PACKET_OUTGOING:
                 continue  # a probe of ours
-            if claim := claim_in(frame, mac, wanted):
+            if claim := claim_in(frame, own, wanted):
                 found.setdefault(*claim)
     return found
+
+
+def host_macs(sys_class_net="/sys/class/net"):
+    """The MAC of every interface of this host, as bytes."""
+    macs = set()
+    for name in os.listdir(sys_class_net):
+        try:
+            with open(os.path.join(sys_class_net, name, "address")) as f:
+                macs.add(bytes.fromhex(f.read().strip().replace(":", "")))
+        except (OSError, ValueError):
+            continue
+    return macs
 
 
 def announce(ips, ifname, count=COUNT, spacing=SPACING, sleep=time.sleep):

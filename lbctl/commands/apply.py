@@ -2,7 +2,7 @@ import time
 
 from lbctl.config import load_cluster
 from lbctl.status.render import describe_drains
-from lbctl.errors import PlanChanged, UsageError
+from lbctl.errors import ApplyError, PlanChanged, UsageError
 from lbctl.engine.execute import execute, held_elsewhere_error, note_loaded
 from lbctl.records.last_apply import record_last_apply
 from lbctl.records.lock import node_locked
@@ -54,6 +54,7 @@ def _apply(args, out, cluster, reached):
     released = vips_the_reload_drops(ctx)
     changed = not ctx.plan.empty
     if changed:
+        takeover = _peer_takeover_seconds(ctx.plan)
         report = execute(ctx.plan, ctx.adapters)
         if report.replan or released:
             # keepalived stopped and took its VIPs and services, or reloaded
@@ -65,7 +66,7 @@ def _apply(args, out, cluster, reached):
             if released and not ctx.plan.empty:
                 out.write("  keepalived let go of the pair's VIPs as it reloaded; this "
                           "balancer holds them itself now:\n")
-            report = execute(ctx.plan, ctx.adapters, listen=_peer_takeover_seconds(cluster)) \
+            report = execute(ctx.plan, ctx.adapters, listen=takeover) \
                 if not ctx.plan.empty else None
     if args.remove:
         remove_runtime_dirs(args.root, cluster.name)
@@ -78,24 +79,36 @@ def _apply(args, out, cluster, reached):
     if ctx.plan.deferred:
         out.write(f"{DEFERRED_MARK}: " + "; ".join(str(c).strip() for c in ctx.plan.deferred)
                   + "\n")
+    held = report.held if report is not None else {}
     code = 0
     if ctx.desired.keepalived is not None:
-        code = check_keepalived_table(ctx, out, waited=changed)
-    if report is not None and report.held:
-        raise held_elsewhere_error(report.held)
+        try:
+            code = check_keepalived_table(ctx, out, waited=changed)
+        except ApplyError as exc:
+            if held:  # both failures are said
+                raise ApplyError(exc.operation, exc.obj,
+                                 f"{exc.reason}\n  and {held_elsewhere_error(held)}") from None
+            raise
+    if held:
+        raise held_elsewhere_error(held)
     return code
 
 
-def _peer_takeover_seconds(cluster):
+def _peer_takeover_seconds(plan):
     """How long the ARP Probes for VIPs keepalived has just let go of wait
     for an answer: a pair's peer that still runs takes them over at once on
     keepalived's priority-0 advert, or, should that be lost, once it has
-    missed three adverts.  The file's advert interval (lbctl's default where
-    it sets none) is the best guess of the old pair's."""
+    missed three adverts and its skew (under one more).  The advert interval
+    is the old pair's, from the keepalived config this apply replaces."""
+    import re
+
     from lbctl.config.model import Vrrp
 
-    advert = cluster.vrrp.advert_interval if cluster.vrrp is not None else Vrrp.advert_interval
-    return 3 * advert + 1
+    old = next((c.old.content for c in plan.changes if c.kind == Kind.FILE and c.old
+                and "vrrp_instance" in c.old.content), "")
+    found = re.search(r"^\s*advert_int\s+([0-9.]+)\s*$", old, re.MULTILINE)
+    advert = float(found[1]) if found else Vrrp.advert_interval
+    return 4 * advert + 1
 
 
 def vips_the_reload_drops(ctx):
@@ -120,7 +133,6 @@ def _wait_until_released(vips, addresses, patience=15.0, clock=time.monotonic,
     them after `patience`, taking them now would plan nothing (they are
     there) and keepalived would delete them later, leaving the balancer
     without VIPs: that is an error, which the next apply converges from."""
-    from lbctl.errors import ApplyError
     from lbctl.state import Address
 
     deadline = clock() + patience
@@ -166,7 +178,6 @@ def _timeout_drift(ctx, waited, patience=5.0):
 
 def check_keepalived_table(ctx, out, waited):
     """After keepalived (re)starts, wait for its IPVS table; then name any drift."""
-    from lbctl.errors import ApplyError
     from lbctl.status.health import describe_health, settle_seconds, wait_for_ipvs
 
     keepalived = ctx.adapters.daemons[KEEPALIVED]

@@ -46,8 +46,15 @@ def execute(plan, adapters, listen=PROBE_LISTEN):
         return report
     report.held = _held_elsewhere(plan, adapters, report, listen)
     if report.held:
-        plan = replace(plan, changes=[c for c in plan.changes if not (
-            c.kind == Kind.ADDRESS and c.action == ADD and c.key in report.held)])
+        # Left out, and not claimed in the ownership record: lbctl did not add them.
+        held = set(report.held)
+        plan = replace(
+            plan, changes=[c for c in plan.changes if not (
+                c.kind == Kind.ADDRESS and c.action == ADD and c.key in held)],
+            owned_before=replace(plan.owned_before,
+                                 addresses=plan.owned_before.addresses - held),
+            owned_after=replace(plan.owned_after, addresses=plan.owned_after.addresses - held))
+        report.warnings.append(held_elsewhere_error(report.held).reason)
     try:
         _make_changes(plan, adapters, report)
     finally:
