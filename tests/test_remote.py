@@ -372,14 +372,14 @@ def test_doctor_all_finds_ecmp_balancers_whose_table_orders_differ(monkeypatch, 
 
     from lbctl.commands import cluster_doctor
 
-    def report(node, orders):
+    def report(node, tables):
         return json.dumps({"cluster": "pi-web", "run_on": node, "not_run": [], "findings": [],
-                           **({} if orders is None else {"orders": orders})})
+                           **({} if tables is None else {"tables": tables})})
 
-    orders = {}
+    tables = {}
 
     def on_each(targets_, args_for, stdin_text, ssh_config=None, **kw):
-        return {t.node: Outcome(t, 0, report(t.node, orders.get(t.node)), "")
+        return {t.node: Outcome(t, 0, report(t.node, tables.get(t.node)), "")
                 for t in targets_}
     monkeypatch.setattr(cluster_doctor, "run_on_each", on_each)
     path = tmp_path / "ecmp.yaml"
@@ -392,17 +392,17 @@ def test_doctor_all_finds_ecmp_balancers_whose_table_orders_differ(monkeypatch, 
         return code, json.loads(out.getvalue())["findings"]
 
     web = "tcp 10.200.0.10:80"
-    orders.update(lb1={web: "aaaa1111"}, lb2={web: "aaaa1111"}, lb3={web: "aaaa1111"})
+    tables.update(lb1={web: "aaaa1111"}, lb2={web: "aaaa1111"}, lb3={web: "aaaa1111"})
     assert run() == (0, [])
-    orders["lb2"] = {web: "bbbb2222"}
+    tables["lb2"] = {web: "bbbb2222"}
     code, (found,) = run()
     assert code == 1
-    assert (found["node"], found["check"]) == ("lb1, lb2, lb3", "table-order-differs")
-    assert found["evidence"] == "order digests: lb1 aaaa1111, lb2 bbbb2222, lb3 aaaa1111"
+    assert (found["node"], found["check"]) == ("lb1, lb2, lb3", "table-differs")
+    assert found["evidence"] == "table digests: lb1 aaaa1111, lb2 bbbb2222, lb3 aaaa1111"
     assert "lbctl drain-balancer NAME" in found["fix"]
     assert "systemctl restart lbctl-pi-web-keepalived" in found["fix"]
     # A node's odd answer is no crash, and no finding.
-    orders["lb2"] = {web: 7}
+    tables["lb2"] = {web: 7}
     assert run() == (0, [])
 
 
@@ -426,35 +426,41 @@ def test_the_cluster_view_names_a_checked_worker_with_no_report_yet():
             "yet") in lines
 
 
-def test_the_cluster_view_shows_each_mh_order_and_names_balancers_whose_orders_differ():
+def test_the_cluster_view_shows_each_mh_table_and_names_balancers_whose_tables_differ():
     from lbctl.remote.view import format_cluster
     from lbctl.status.model import NodeStatus
 
     cluster = cluster_from(PI_ECMP)
 
-    def balancer(*hosts):
+    def balancer(*hosts, heavy=None):
         status = node_status(services=[service_status("tcp 10.200.0.10:80", scheduler="mh",
                                                       real_servers=[
-            {"address": f"192.168.100.{n}:80", "weight": 1} for n in hosts])])
+            {"address": f"192.168.100.{n}:80", "weight": 2 if n == heavy else 1}
+            for n in hosts])])
         return {"role": "balancer", "host": "-", "error": None,
                 "status": NodeStatus.from_json(status)}
 
-    def shown(lb1, lb2, lb3):
-        report = {"nodes": {"lb1": balancer(*lb1), "lb2": balancer(*lb2),
+    def shown(lb1, lb2, lb3, heavy_on_lb2=None):
+        report = {"nodes": {"lb1": balancer(*lb1), "lb2": balancer(*lb2, heavy=heavy_on_lb2),
                             "lb3": balancer(*lb3)}}
         return format_cluster(cluster, report, now=100.0).splitlines()
 
     same = shown((3, 4, 6), (3, 4, 6), (3, 4, 6))
-    orders = {line.split(" order ")[1].split(":")[0] for line in same if " order " in line}
-    assert len(orders) == 1 and len(orders.pop()) == 8, same
+    digests = {line.split(" table ")[1].split(":")[0] for line in same if " table " in line}
+    assert len(digests) == 1 and len(digests.pop()) == 8, same
     assert not [line for line in same if line.startswith("!")], same
     moved = shown((3, 4, 6), (6, 3, 4), (3, 4, 6))
     (warning,) = [line for line in moved if line.startswith("!")]
-    assert warning.startswith("! service web (tcp 10.200.0.10:80): the balancers list its "
-                              "real servers in different orders (lb1 "), warning
+    assert warning.startswith("! service web (tcp 10.200.0.10:80): the balancers fill its "
+                              "table differently (their real servers' order, weights or "
+                              "flags: lb1 "), warning
     assert warning.endswith("), so a flow moved between them may change worker"), warning
-    digests = dict(part.split() for part in warning.split("(")[2].split(")")[0].split(", "))
+    listed = warning.split("flags: ")[1].split(")")[0]
+    digests = dict(part.split() for part in listed.split(", "))
     assert digests["lb1"] == digests["lb3"] != digests["lb2"], warning
+    # The same order with another weight fills another table too.
+    reweighted = shown((3, 4, 6), (3, 4, 6), (3, 4, 6), heavy_on_lb2=6)
+    assert [line for line in reweighted if line.startswith("!")], reweighted
 
 
 # --- every mode, each fleet helper ------------------------------------------

@@ -13,7 +13,7 @@ DOCTOR_TIMEOUT = 300  # seconds: a node that takes longer is reported as not che
 
 def run(args, out):
     from lbctl.doctor.report import (
-        Finding, NotRun, format_json, format_text, merge, order_findings,
+        Finding, NotRun, format_json, format_text, merge, table_findings,
     )
 
     cluster = load_cluster(args.file)
@@ -27,7 +27,7 @@ def run(args, out):
                              *([] if t.node == asker else ["--no-wire"])],
         cluster.text, args.ssh_config, timeout=DOCTOR_TIMEOUT, share=False)
     findings, not_run, unchecked = [], [], []
-    orders = {}  # {balancer: {service label: order digest}}
+    tables = {}  # {balancer: {service label: table digest}}
     for node, outcome in outcomes.items():
         report, problem = _report(outcome)
         if problem is not None:
@@ -35,8 +35,8 @@ def run(args, out):
             not_run.append(NotRun(node, problem))
             continue
         findings += [Finding(**f) for f in report["findings"]]
-        if isinstance(report.get("orders"), dict):
-            orders[node] = report["orders"]
+        if isinstance(report.get("tables"), dict):
+            tables[node] = report["tables"]
         not_run += [NotRun(f"{node}: {n['check']}", n["why"]) for n in report["not_run"]
                     if not (n["check"] == "wire" and node != asker)]
     if asker is None:
@@ -46,7 +46,7 @@ def run(args, out):
         not_run.append(NotRun("wire", f"the LAN is probed from {asker}, which could not be "
                               f"checked; to probe it from another balancer: `lbctl doctor "
                               f"{args.file} --all --node {','.join(others)}`"))
-    findings = merge(findings + order_findings(cluster.name, orders))
+    findings = merge(findings + table_findings(cluster.name, tables))
     where = f"every node of the file over SSH, the LAN from {asker}" if asker else \
         "the nodes named, over SSH"
     if args.json:

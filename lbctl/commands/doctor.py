@@ -48,24 +48,25 @@ def run(args, out):
         findings += wire_findings(cluster, heard, here, ifname, file_hint)
     findings = merge(findings)
     if args.json:
-        orders = _table_orders(cluster, here, facts)
-        out.write(format_json(cluster.name, where, findings, not_run, orders))
+        tables = _table_digests(cluster, here, facts)
+        out.write(format_json(cluster.name, where, findings, not_run, tables))
     else:
         out.write(format_text(cluster.name, where, findings, not_run))
     return 1 if findings else 0
 
 
-def _table_orders(cluster, here, facts):
-    """An ECMP balancer's {service label: order digest} of its mh and sh
+def _table_digests(cluster, here, facts):
+    """An ECMP balancer's {service label: table digest} of its mh and sh
     services, for doctor --all to compare between balancers; else None."""
     from lbctl.config.model import Mode
 
     if here not in cluster.balancers or cluster.mode != Mode.ECMP or not facts.ipvs_loaded:
         return None
     from lbctl.adapters.ipvs import IpvsNetlink
-    from lbctl.status.model import TABLE_SCHEDULERS, order_digest
+    from lbctl.status.model import TABLE_SCHEDULERS, table_digest
 
-    return {svc.label: order_digest(f"{d.address}:{d.port}" for d in svc.dests)
+    return {svc.label: table_digest(((f"{d.address}:{d.port}", d.weight) for d in svc.dests),
+                                    svc.flags)
             for svc in IpvsNetlink(load_module=False).dump()
             if svc.scheduler in TABLE_SCHEDULERS}
 

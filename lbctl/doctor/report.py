@@ -33,11 +33,11 @@ def merge(findings):
     return list(merged.values())
 
 
-def order_findings(cluster_name, orders):
-    """Findings for the services whose real servers the ECMP balancers list
-    in different orders ({balancer: {service label: digest}})."""
+def table_findings(cluster_name, tables):
+    """Findings for the services the ECMP balancers fill their mh or sh
+    tables for differently ({balancer: {service label: table digest}})."""
     by_service = {}
-    for node, digests in orders.items():
+    for node, digests in tables.items():
         for label, digest in digests.items():
             if isinstance(label, str) and isinstance(digest, str):  # a node's JSON
                 by_service.setdefault(label, {})[node] = digest
@@ -46,11 +46,11 @@ def order_findings(cluster_name, orders):
         if len(set(by_node.values())) < 2:
             continue
         found.append(Finding(
-            ", ".join(sorted(by_node)), "table-order-differs",
-            f"the balancers list the real servers of {label} in different orders, so mh "
-            "fills different tables: a flow the router moves between them may reach "
-            "another worker",
-            "order digests: " + ", ".join(f"{n} {d}" for n, d in sorted(by_node.items())),
+            ", ".join(sorted(by_node)), "table-differs",
+            f"the balancers fill the table of {label} differently (its real servers' order "
+            "in the kernel's list, their weights or the scheduler's flags): a flow the "
+            "router moves between them may reach another worker",
+            "table digests: " + ", ".join(f"{n} {d}" for n, d in sorted(by_node.items())),
             "on one balancer at a time, the file unchanged: `sudo lbctl drain-balancer "
             f"NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, `sudo lbctl "
             "undrain-balancer NAME` (a freshly started keepalived adds them in an order "
@@ -81,11 +81,11 @@ def format_text(cluster, where, findings, not_run, unchecked=(), asked=None):
     return "\n".join(lines) + "\n"
 
 
-def format_json(cluster, where, findings, not_run, orders=None):
-    """`orders`: an ECMP balancer's {service label: order digest} of its
-    table-filling services, which doctor --all compares between balancers."""
+def format_json(cluster, where, findings, not_run, tables=None):
+    """`tables`: an ECMP balancer's {service label: table digest} of its
+    mh and sh services, which doctor --all compares between balancers."""
     report = {"cluster": cluster, "run_on": where, "findings": [asdict(f) for f in findings],
               "not_run": [asdict(n) for n in not_run]}
-    if orders is not None:
-        report["orders"] = orders
+    if tables is not None:
+        report["tables"] = tables
     return json.dumps(report, indent=2) + "\n"

@@ -84,7 +84,8 @@ def format_cluster(cluster, report, now=None):
 def _order_lines(cluster, nodes, services):
     """In mode ecmp the router may move a flow to another balancer mid-stream
     (one joins or leaves), and mh there must send it to the same worker: so
-    every balancer's table must list the real servers in one order."""
+    every balancer must fill its table from the same real servers, in the
+    same order, with the same weights."""
     from lbctl.config.model import Mode
 
     if cluster.mode != Mode.ECMP:
@@ -95,9 +96,9 @@ def _order_lines(cluster, nodes, services):
             continue
         for svc in entry["status"].services:
             if svc.fills_a_table:
-                digests.setdefault(svc.service, {})[name] = svc.order_digest
-    return [f"! service {services.get(label, label)} ({label}): the balancers list its real "
-            "servers in different orders ("
+                digests.setdefault(svc.service, {})[name] = svc.table_digest
+    return [f"! service {services.get(label, label)} ({label}): the balancers fill its table "
+            "differently (their real servers' order, weights or flags: "
             + ", ".join(f"{node} {digest}" for node, digest in sorted(by_node.items()))
             + "), so a flow moved between them may change worker"
             for label, by_node in sorted(digests.items()) if len(set(by_node.values())) > 1]
@@ -134,8 +135,8 @@ def _table_lines(status, services, workers, cluster_name, now):
     lines = []
     for svc in status.services:
         name = services.get(svc.service, "not in the file")
-        order = f" order {svc.order_digest}" if svc.fills_a_table else ""
-        lines.append(f"  service {name} ({svc.service}) {svc.scheduler}{order}: "
+        table = f" table {svc.table_digest}" if svc.fills_a_table else ""
+        lines.append(f"  service {name} ({svc.service}) {svc.scheduler}{table}: "
                      f"{svc.connections} connections, {svc.conns_per_s}/s")
         for rs in svc.real_servers:
             worker = workers.get(rs.address.rpartition(":")[0], "not in the file")

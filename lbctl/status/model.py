@@ -24,10 +24,12 @@ class StatusShapeError(ValueError):
 TABLE_SCHEDULERS = ("mh", "sh")
 
 
-def order_digest(addresses):
-    """A service's real servers ("ADDRESS:PORT" each) in the kernel's list
-    order, as 8 hex digits: equal digests, equal orders."""
-    return hashlib.sha256(" ".join(addresses).encode()).hexdigest()[:8]
+def table_digest(servers, flags):
+    """What an mh or sh table is filled from, as 8 hex digits: the real
+    servers (("ADDRESS:PORT", weight) each) in the kernel's list order, and
+    the scheduler's flags.  Equal digests, equal tables."""
+    listed = " ".join(f"{address}/{weight}" for address, weight in servers)
+    return hashlib.sha256(f"{listed} | {','.join(sorted(flags))}".encode()).hexdigest()[:8]
 
 
 @dataclass(frozen=True)
@@ -74,8 +76,8 @@ class ServiceStatus:
         return self.scheduler in TABLE_SCHEDULERS
 
     @property
-    def order_digest(self):
-        return order_digest(rs.address for rs in self.real_servers)
+    def table_digest(self):
+        return table_digest(((rs.address, rs.weight) for rs in self.real_servers), self.flags)
 
 
 @dataclass(frozen=True)
