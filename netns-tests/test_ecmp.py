@@ -132,18 +132,28 @@ def _connections_by_balancer(lab):
 SPREAD_SOURCE = "10.99.0.60"
 
 
-def _scheduled_from(lab, source):
-    """How many connections from `source` each balancer's IPVS scheduled for
-    the VIP, from its connection entries (they outlive a closed connection by
-    the FIN_WAIT timeout, 2 min).  Not the service's counters: the kernel
-    folds those from per-CPU counts on a timer that busy CPUs delay for
-    seconds, so two reads that agree may both lack the last connections."""
-    counts = {}
+def _entries_from(lab, source):
+    """{balancer: the client ports of its IPVS connection entries from
+    `source` to the VIP}.  An entry outlives its closed connection by the
+    FIN_WAIT timeout, 2 min."""
+    found = {}
     for node in ("lb1", "lb2"):
         table = lab.sh(node, ["ipvsadm", "-Lnc"]).stdout
-        counts[node] = sum(1 for line in table.splitlines()
-                           if f" {source}:" in line and f" {VIP}:80 " in line)
-    return counts
+        found[node] = {line.split()[3] for line in table.splitlines()
+                       if f" {source}:" in line and f" {VIP}:80 " in line}
+    return found
+
+
+def _scheduled_from(lab, source, ask):
+    """How many connections from `source` each balancer's IPVS scheduled for
+    the VIP during ask(), from the connection entries that appeared (an
+    earlier run's may still be there).  Not the service's counters: the
+    kernel folds those from per-CPU counts on a timer that busy CPUs delay
+    for seconds, so two reads that agree may both lack the last ones."""
+    before = _entries_from(lab, source)
+    answers = ask()
+    after = _entries_from(lab, source)
+    return answers, {node: len(after[node] - before[node]) for node in after}
 
 
 def test_the_router_spreads_flows_over_every_balancer(both):
@@ -160,8 +170,8 @@ def test_the_router_spreads_flows_over_every_balancer(both):
         assert re.search(rf"{node}\s+BGP\s+---\s+up", sessions), sessions
     lab.sh("client", ["ip", "address", "add", f"{SPREAD_SOURCE}/32", "dev", "eth0"])
     try:
-        answers = lab.ask(f"http://{VIP}/", 60, source=SPREAD_SOURCE)
-        carried = _scheduled_from(lab, SPREAD_SOURCE)
+        answers, carried = _scheduled_from(
+            lab, SPREAD_SOURCE, lambda: lab.ask(f"http://{VIP}/", 60, source=SPREAD_SOURCE))
     finally:
         lab.sh("client", ["ip", "address", "del", f"{SPREAD_SOURCE}/32", "dev", "eth0"])
     report("ecmp spread", connections=carried,

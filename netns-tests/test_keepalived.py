@@ -210,7 +210,9 @@ def test_a_new_weight_reaches_the_kernel_as_keepalived_reloads(lab, pair):
     after_reload = _logged_at(changes[0]) - _logged_at(reloads[0])
     report("weight change under keepalived", apply_seconds=f"{took:.1f}",
            logged_after_reload=f"{after_reload:g}s")
-    assert 0 <= after_reload <= 1, "\n".join(lines)
+    # Whole seconds, from the first "Reloading" line of keepalived's
+    # processes: a reload on busy emulated CPUs may straddle two.
+    assert 0 <= after_reload <= 2, "\n".join(lines)
 
 
 def test_a_dead_worker_leaves_within_the_detection_time_and_returns_after_rise(lab, pair):
