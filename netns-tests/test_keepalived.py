@@ -319,6 +319,8 @@ def test_a_pair_shrunk_while_the_other_balancer_runs_leaves_it_the_vips(lab, pai
     them; once lb2 is removed, the same apply takes them."""
     single = lab.write("one-checked-lb2-running", edited(services=lambda s: {
         **s, "web": {**s["web"], "workers": ["pi1", "pi2"], "health": WEB_HEALTH}}))
+    planned = lab.lbctl("lb1", "plan", str(single))
+    assert "WARNING: this balancer leaves its failover pair" in planned.stdout, planned.stdout
     applied = lab.lbctl("lb1", "apply", str(single))
     said = applied.stdout + applied.stderr
     assert applied.returncode != 0, said

@@ -395,21 +395,23 @@ def test_a_vip_added_where_no_probe_could_go_out_says_so():
 
 
 def test_after_a_pair_lets_go_the_probes_wait_for_its_peer_to_take_over():
-    from types import SimpleNamespace
-
     from lbctl.commands.apply import _peer_takeover_seconds
-    from lbctl.engine.plan import REMOVE, Change, Kind
+    from lbctl.engine.plan import CHANGE, REMOVE, Change, Kind, Plan
     from lbctl.state import FileSpec
 
-    def plan(old_conf):
-        return SimpleNamespace(changes=[Change(
-            REMOVE, Kind.FILE, "/etc/lbctl/x/keepalived.conf", old=FileSpec(old_conf))])
+    def plan(old_conf, new_conf=None):
+        return Plan("lb1", "balancer", "pi-web", changes=[Change(
+            CHANGE if new_conf else REMOVE, Kind.FILE, "/etc/lbctl/pi-web/keepalived.conf",
+            new=FileSpec(new_conf) if new_conf else None, old=FileSpec(old_conf))])
 
     # Four of the old pair's adverts (three missed, and the skew) and a second.
     pair = "vrrp_instance lb {\n    advert_int 1\n}\n"
+    assert plan(pair).pair_config_left == pair
     assert _peer_takeover_seconds(plan(pair)) == 5
     assert _peer_takeover_seconds(plan(pair.replace("advert_int 1", "advert_int 0.1"))) == 1.4
-    # No pair before: lbctl's default interval.
+    assert _peer_takeover_seconds(plan(pair, "virtual_server 1 {}\n")) == 5  # one checked
+    # Still a pair, or none before: no pair is left, lbctl's default interval.
+    assert plan(pair, pair.replace("1", "2")).pair_config_left is None
     assert _peer_takeover_seconds(plan("virtual_server 1 {}\n")) == 4 * 0.2 + 1
 
 

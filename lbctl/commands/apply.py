@@ -104,9 +104,8 @@ def _peer_takeover_seconds(plan):
 
     from lbctl.config.model import Vrrp
 
-    old = next((c.old.content for c in plan.changes if c.kind == Kind.FILE and c.old
-                and "vrrp_instance" in c.old.content), "")
-    found = re.search(r"^\s*advert_int\s+([0-9.]+)\s*$", old, re.MULTILINE)
+    found = re.search(r"^\s*advert_int\s+([0-9.]+)\s*$", plan.pair_config_left or "",
+                      re.MULTILINE)
     advert = float(found[1]) if found else Vrrp.advert_interval
     return 4 * advert + 1
 

@@ -133,8 +133,17 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
         warnings = shared_kernel_warnings(cluster, clusters_here(cluster, root))
     if boot_warning is not None:
         warnings.append(boot_warning)
+    if is_balancer and plan.pair_config_left is not None:
+        warnings.append(LEAVING_A_PAIR)
     return NodeContext(cluster, name, desired, observed, owned, adapters, plan, drains,
                        drain_problem, warnings)
+
+
+LEAVING_A_PAIR = (
+    "this balancer leaves its failover pair: should the other balancer still run the pair's "
+    "keepalived, it takes the VIPs over as this one lets them go, and apply leaves them to it "
+    "(an error names its MAC).  To shrink a pair without a gap, run `lbctl apply --remove` on "
+    "the balancer that leaves first.")
 
 
 def _boot_apply(cluster, root):

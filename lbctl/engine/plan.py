@@ -73,6 +73,17 @@ class Plan:
     def empty(self):
         return not self.changes
 
+    @property
+    def pair_config_left(self):
+        """The keepalived config of the failover pair this balancer leaves
+        (its file replaced by one without a VRRP instance, or removed), or
+        None when it leaves no pair."""
+        for c in self.changes:
+            if c.kind == Kind.FILE and c.old is not None and "vrrp_instance" in c.old.content \
+                    and (c.new is None or "vrrp_instance" not in c.new.content):
+                return c.old.content
+        return None
+
     def counts(self):
         add = sum(c.action == ADD for c in self.changes)
         change = sum(c.action in (CHANGE, DRAINING) for c in self.changes)
