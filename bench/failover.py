@@ -236,6 +236,7 @@ def failover(lab, advert):
     load = lab.traffic("probes", VIP, "--seconds", 1.5 + window, "--interval", 0.02,
                        "--timeout", CLIENT_TIMEOUT, "--retries", CLIENT_RETRIES)
     try:
+        load.stderr.readline()  # the stream has begun (STARTED), or the client ended
         time.sleep(1.5)
         cut = time.time()
         lab.set_link(holder, False)
@@ -407,7 +408,8 @@ def report(results, runs):
             continue
         lines.append(f"| {name} | {distribution(f['failover'])} | "
                      f"{statistics.median(f['failed']):g} | {max(f['failed'])} | "
-                     f"{max(f['failed_retrying'])} | {seconds(percentile(f['times'], 0.99))} | "
+                     f"{max(f['failed_retrying'])} | "
+                     f"{seconds(percentile(f['times'], 0.99)) if f['times'] else 'none made'} | "
                      f"{distribution(f['detection'])} | {f['survived']} of {f['downloads']} |")
     fast, plain = results.get("lbctl fast"), results.get("keepalived defaults")
     notes = []

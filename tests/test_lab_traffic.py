@@ -84,8 +84,9 @@ class FirstSlowHandler(SlowHandler):
 
 
 @pytest.mark.parametrize("retries,answered", [(0, False), (1, True)])
-def test_a_probe_that_fails_is_made_again_after_the_delay_when_asked(retries, answered):
-    from lbctl.lab.traffic import probes
+def test_a_probe_that_fails_is_made_again_after_the_delay_when_asked(retries, answered,
+                                                                     capsys):
+    from lbctl.lab.traffic import STARTED, probes
 
     FirstSlowHandler.served = 0
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FirstSlowHandler)
@@ -97,5 +98,6 @@ def test_a_probe_that_fails_is_made_again_after_the_delay_when_asked(retries, an
         httpd.shutdown()
         httpd.server_close()
     assert ok == answered, body
+    assert capsys.readouterr().err.startswith(STARTED + "\n")  # what a timing caller waits for
     # One record spans both attempts: the user waited for them all.
     assert end - start >= (0.8 if answered else 0.5)

@@ -17,6 +17,7 @@ import time
 
 
 REQUEST_STEP = "request from port "
+STARTED = "probes: started"  # on stderr, as the probe stream begins
 
 
 def _get(address, port, path, timeout):
@@ -120,6 +121,9 @@ def probes(address, port, seconds, interval, timeout, path="/", retries=0, retry
 
     async def stream():
         attempts, next_start, end = [], time.time(), time.time() + seconds
+        # A caller timing an event against the stream waits for this line:
+        # on a busy machine the interpreter's start can take seconds.
+        print(STARTED, file=sys.stderr, flush=True)
         while next_start < end:
             await asyncio.sleep(max(0.0, next_start - time.time()))
             attempts.append(asyncio.create_task(attempt()))
