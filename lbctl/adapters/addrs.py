@@ -40,13 +40,13 @@ class AddressIp:
         for.  An interface whose link is not up is not asked (its probes
         would go nowhere, and a silence would say nothing): it is named in
         `unasked`, so that at boot a card that is late keeps its VIPs."""
-        from lbctl.adapters.garp import holders, link_state
+        from lbctl.adapters.garp import LINK_UP, holders, link_state
         from lbctl.adapters.protocols import Probed
 
         found = Probed()
         for ifname in sorted({a.ifname for a in addresses}):
             mine = {a.ip: a for a in addresses if a.ifname == ifname}
-            if (state := link_state(ifname)) not in ("up", "unknown"):
+            if (state := link_state(ifname)) not in LINK_UP:
                 found.unasked[ifname] = f"its link is {state}"
                 continue
             try:

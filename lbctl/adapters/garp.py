@@ -44,19 +44,27 @@ PROBE_SPACING = 0.2
 PROBE_LISTEN = 0.4
 
 
+# Ethernet, IPv4, 6-byte hardware and 4-byte protocol addresses; a request
+# or a reply.  Every frame here is a request; a reply can be a claim.
+ARP_REQUEST = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
+ARP_REPLY = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 2)
+
+
+def _who_has(mac, sender_ip, ip):
+    """The broadcast ARP request for `ip` (IPv4Address) from `mac` (6 bytes),
+    sent from `sender_ip` (4 bytes)."""
+    ethernet = BROADCAST + mac + struct.pack("!H", ETH_P_ARP)
+    return ethernet + ARP_REQUEST + mac + sender_ip + b"\0" * 6 + ip.packed
+
+
 def announcement(mac, ip):
     """The Ethernet frame announcing that `ip` (IPv4Address) is at `mac` (6 bytes)."""
-    ethernet = BROADCAST + mac + struct.pack("!H", ETH_P_ARP)
-    # Ethernet, IPv4, 6-byte hardware and 4-byte protocol addresses, a request.
-    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
-    return ethernet + arp + mac + ip.packed + b"\0" * 6 + ip.packed
+    return _who_has(mac, ip.packed, ip)
 
 
 def probe(mac, ip):
     """The ARP Probe for `ip` from `mac`: "who has ip?", asked from 0.0.0.0."""
-    ethernet = BROADCAST + mac + struct.pack("!H", ETH_P_ARP)
-    arp = struct.pack("!HHBBH", 1, 0x0800, 6, 4, 1)
-    return ethernet + arp + mac + b"\0" * 4 + b"\0" * 6 + ip.packed
+    return _who_has(mac, b"\0" * 4, ip)
 
 
 def claim_in(frame, own_macs, wanted):
@@ -67,7 +75,7 @@ def claim_in(frame, own_macs, wanted):
     VIP we hold elsewhere) are no other host's."""
     if len(frame) < 42 or frame[12:14] != struct.pack("!H", ETH_P_ARP):
         return None
-    if struct.unpack("!HHBBH", frame[14:22]) not in ((1, 0x0800, 6, 4, 1), (1, 0x0800, 6, 4, 2)):
+    if frame[14:22] not in (ARP_REQUEST, ARP_REPLY):
         return None
     sender_mac, sender_ip = frame[22:28], frame[28:32]
     if sender_mac in own_macs or sender_ip not in wanted:
@@ -154,10 +162,15 @@ def wait_for_link(ifname, patience=LINK_WAIT, read_state=None, clock=time.monoto
     One that is not there is not waited for (the unit put the VIPs on it)."""
     read_state = read_state or link_state
     deadline = clock() + patience
-    while (state := read_state(ifname)) not in ("up", "unknown", "absent") \
+    while (state := read_state(ifname)) not in (*LINK_UP, "absent") \
             and clock() < deadline:
         sleep(0.1)
     return state
+
+
+# The operstates of a link that passes frames: "unknown" is what interfaces
+# without a carrier (dummy, lo) say.
+LINK_UP = ("up", "unknown")
 
 
 def link_state(ifname):
@@ -213,7 +226,7 @@ def let_go_of_held(ips, ifname, probe=None, drop=None):
     Returns the others.  A link that is not up is not asked."""
     probe = probe or holders
     drop = drop or _drop_address
-    if link_state(ifname) not in ("up", "unknown"):
+    if link_state(ifname) not in LINK_UP:
         return list(ips)
     try:
         held = probe(ips, ifname)

@@ -77,11 +77,11 @@ def format_cluster(cluster, report, now=None):
         body += _node_lines(cluster, entry, head, services, workers, now)
     lines = [f"cluster {cluster.name}: {len(nodes)} node(s)"
              + (f", {len(down)} not reporting ({', '.join(down)})" if down else "")] + body
-    lines += _order_lines(cluster, nodes, services)
+    lines += _differing_table_lines(cluster, nodes, services)
     return "\n".join(shown(_cut(line)) for line in lines)
 
 
-def _order_lines(cluster, nodes, services):
+def _differing_table_lines(cluster, nodes, services):
     """In mode ecmp the router may move a flow to another balancer mid-stream
     (one joins or leaves), and mh there must send it to the same worker: so
     every balancer must fill its table from the same real servers, in the
