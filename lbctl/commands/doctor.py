@@ -63,7 +63,8 @@ def _table_digests(cluster, here, facts):
     if here not in cluster.balancers or cluster.mode != Mode.ECMP or not facts.ipvs_loaded:
         return None
     from lbctl.adapters.ipvs import IpvsNetlink
-    from lbctl.status.model import TABLE_SCHEDULERS, table_digest
+    from lbctl.config.model import TABLE_SCHEDULERS
+    from lbctl.status.model import table_digest
 
     return {svc.label: table_digest(((f"{d.address}:{d.port}", d.weight) for d in svc.dests),
                                     svc.flags)

@@ -17,6 +17,10 @@ NAME_PATTERN = "[A-Za-z0-9][A-Za-z0-9_.-]{0,62}"
 # Scheduler flags by scheduler: the kernel's IP_VS_SVC_F_SCHED1/2 bits, which
 # only sh and mh read (keepalived and ipvsadm use the same names).
 SCHEDULER_FLAGS = {"sh": ("sh-fallback", "sh-port"), "mh": ("mh-fallback", "mh-port")}
+# The schedulers that pick a real server by a table filled from the real
+# servers in the kernel's list order: balancers of mode ecmp must list them
+# alike, or a flow the router moves between them changes worker.
+TABLE_SCHEDULERS = ("mh", "sh")
 # The IPVS timeouts a file may set (ipvsadm --set), as the kernel's defaults:
 # an established TCP connection, one closing, and a UDP flow, in seconds.
 IPVS_TIMEOUTS = {"tcp": 900, "tcp_fin": 120, "udp": 300}

@@ -15,13 +15,12 @@ import types
 import typing
 from dataclasses import dataclass, field
 
+from lbctl.config.model import TABLE_SCHEDULERS
+
 
 class StatusShapeError(ValueError):
     """A status answer that does not have a node status's shape; the message
     names the field: `keepalived.web.health[2].since: a str, not a number`."""
-
-
-TABLE_SCHEDULERS = ("mh", "sh")
 
 
 def table_digest(servers, flags):
