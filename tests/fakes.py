@@ -22,8 +22,10 @@ class FakeIpvs:
     def dump(self):
         result = []
         for key, spec in sorted(self.services.items()):
+            # As the kernel lists them: each new one at the head of the list.
             dests = tuple(IpvsDest(d.address, d.port, w, fwd, active)
-                          for d, (w, fwd, active) in sorted(self.dests.items()) if d.service == key)
+                          for d, (w, fwd, active) in reversed(self.dests.items())
+                          if d.service == key)
             result.append(IpvsService(key, str(key), spec.scheduler, spec.persistence, dests,
                                       flags=spec.flags))
         return result
