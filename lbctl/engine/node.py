@@ -14,7 +14,8 @@ from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
 from lbctl.records.drains import NewerDrainRecord, drained_dests, read_drains
 from lbctl.engine.desired import (
-    BootApply, desired_state, find_node, leaving_real_servers, role_of, strip_saved_copy_header,
+    BootApply, desired_state, find_node, kernel_lists, leaving_real_servers, role_of,
+    strip_saved_copy_header,
 )
 from lbctl.errors import NodeError
 from lbctl.engine.observe import node_interface, observe
@@ -114,6 +115,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
     else:
         desired = desired_state(cluster, name, ifname, boot=boot, layout=layout,
                                 leaving=leaving, force=force,
+                                listed=listed_order(ipvs_table, adapters.files, layout),
                                 drained=set(drained_dests(cluster, drains)))
     # A daemon nothing here can run (the exporter, where systemd does not run
     # the node) is left to its unit file.
@@ -144,6 +146,19 @@ LEAVING_A_PAIR = (
     "keepalived, it takes the VIPs over as this one lets them go, and apply leaves them to it "
     "(an error names its MAC).  To shrink a pair without a gap, run `lbctl apply --remove` on "
     "the balancer that leaves first.")
+
+
+def listed_order(ipvs_table, files, layout):
+    """Each service's real servers in the kernel's order, or for a service
+    the kernel lists none of (keepalived stopped: it deletes its services)
+    in the order the keepalived config on disk starts them in."""
+    in_kernel = {key: listed for key, listed in kernel_lists(ipvs_table).items() if listed}
+    if layout is None:
+        return in_kernel
+    from lbctl.render.keepalived import listed_by_a_start
+
+    on_disk = files.read(layout.conf)
+    return {**(listed_by_a_start(on_disk[0]) if on_disk else {}), **in_kernel}
 
 
 def _boot_apply(cluster, root):
