@@ -51,10 +51,11 @@ def table_findings(cluster_name, tables):
             "in the kernel's list, their weights or the scheduler's flags): a flow the "
             "router moves between them may reach another worker",
             "table digests: " + ", ".join(f"{n} {d}" for n, d in sorted(by_node.items())),
-            "on one balancer at a time, the file unchanged: `sudo lbctl drain-balancer "
-            f"NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, `sudo lbctl "
-            "undrain-balancer NAME` (a freshly started keepalived adds them in an order "
-            "the file alone sets)"))
+            "bring each balancer to the file's order, one at a time: `sudo lbctl "
+            "drain-balancer NAME`, then `sudo lbctl apply FILE --remove` and `sudo lbctl "
+            "apply FILE` there (a balancer started from nothing lists them in the file's "
+            "order; a restart keeps the order it had).  Flows the router moves while the "
+            "balancers still differ may reach another worker"))
     return found
 
 
