@@ -383,12 +383,6 @@ def test_a_reload_of_each_balancer_keeps_it_offered(both):
         assert lab.next_hops(VIP) == [LB1, LB2]
 
 
-# Known to fail now and then, for a reason in lbctl, not in the test (issue
-# 37, points 3 and 6): in two of five full runs a download was reset while
-# the table changed (2 of 20), or pi2 stayed in one balancer's table.  It
-# still runs and reports XPASS or XFAIL; strict once the cause is fixed.
-@pytest.mark.xfail(strict=False, reason="issue 37.3/37.6: a reload during the table change "
-                   "can move flows between ECMP balancers")
 def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
     lab = both
     with_pi4 = copy.deepcopy(ECMP)
@@ -433,6 +427,73 @@ def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
     except LabError as exc:
         raise AssertionError(f"{exc}\n" + "\n".join(f"{node}: {table}" for node, table
                                                     in tables.items())) from None
+
+
+def _listed(lab, node):
+    """The web service's real servers in the kernel's list order, which mh
+    fills its table in (ipvsadm sorts them unless told not to)."""
+    done = lab.sh(node, ["ipvsadm", "-Ln", "--nosort", "-t", f"{VIP}:80"])
+    return list(ipvs_table.parse_service(done.stdout))
+
+
+def test_a_worker_added_mid_list_keeps_one_table_across_a_restart(both):
+    """A reload of keepalived puts a new real server at the head of the
+    kernel's list wherever the file has it, and a start adds them in its
+    config's order; mh fills its table in list order.  A worker added
+    mid-file reaches both balancers by a reload, and a restart of one of
+    them lists the workers as before, so the downloads the router then
+    moves between them keep their worker.  (Flows that began before the
+    worker came cannot move without breaking: their balancer's connection
+    entry alone keeps them on the worker the old table chose.)"""
+    lab = both
+    mid = copy.deepcopy(ECMP)
+    mid["workers"] = {"pi1": ECMP["workers"]["pi1"], "pi4": {"address": "192.168.100.7"},
+                      "pi2": ECMP["workers"]["pi2"], "pi3": ECMP["workers"]["pi3"]}
+    # The order so far (a worker removed and added again earlier is at the
+    # head), the same on both; the reload puts pi4 at the head of it.
+    before = _listed(lab, "lb1")
+    assert _listed(lab, "lb2") == before and len(before) == 3
+    reloaded = ["192.168.100.7:80", *before]
+    path = _write(lab.files / "ecmp-mid-list.yaml", mid)
+    for node in ("pi1", "pi2", "pi3", "pi4", "lb1", "lb2"):  # as apply --all takes them
+        done = lab.lbctl(node, "apply", str(path))
+        assert done.returncode == 0, done.stdout + done.stderr
+        if node in ("lb1", "lb2"):
+            assert "~ keepalived reload" in done.stdout, done.stdout
+            assert _listed(lab, node) == reloaded, done.stdout
+    _waited(lab, ["lb1", "lb2"], "lb2")
+    # lb2 restarted the operator's way (keepalived deletes its table as it
+    # stops, and apply starts it from its config), as after a crash or reboot.
+    drained = lab.lbctl("lb2", "drain-balancer", "lb2", "--timeout", "60")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    keepalived = lab.keepalived_pids("lb2")[0]
+    os.kill(keepalived, signal.SIGTERM)
+    lab.wait_for(lambda: not os.path.exists(f"/proc/{keepalived}"), what="lb2 stopped")
+    done = lab.lbctl("lb2", "apply", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "+ keepalived start" in done.stdout, done.stdout
+    undrained = lab.lbctl("lb2", "undrain-balancer", "lb2")
+    assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+    _waited(lab, ["lb1", "lb2"], "lb2")
+    assert _listed(lab, "lb1") == _listed(lab, "lb2") == reloaded
+    # Downloads through both, then every one of lb2's moved to lb1.
+    downloads = lab.traffic("downloads", VIP, "--count", 12, "--rate", 32 * 1024,
+                            "--timeout", 300)
+    try:
+        lab.wait_for(lambda: all(_active(lab, node) >= 3 for node in ("lb1", "lb2")),
+                     what="downloads through both balancers")
+        moved = _active(lab, "lb2")
+        drained = lab.lbctl("lb2", "drain-balancer", "lb2", "--timeout", "60")
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+    finally:
+        lab.lbctl("lb2", "undrain-balancer", "lb2")
+        lab.hurry(downloads)
+    results = lab.finish(downloads)
+    exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
+    report("ecmp worker added mid-list, lb2 restarted", moved_from_lb2=moved,
+           downloads_complete_and_byte_exact=f"{len(exact)}/{len(results)}")
+    assert len(exact) == len(results), [r["error"] for r in results if not r["ok"]]
+    _waited(lab, ["lb1", "lb2"], "lb2")
 
 
 def _scheduled(lab, node):

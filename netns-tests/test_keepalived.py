@@ -404,10 +404,13 @@ def failed_requests(lab, failed, moves):
 
 
 def _blob_hashes(lab):
+    """The digests of the blobs every web server of the lab serves."""
     hashes = set()
-    for name in ("pi1", "pi2", "pi3"):
-        with open(os.path.join(lab.workdir, f"{name}-www", "blob"), "rb") as fh:
-            hashes.add(hashlib.sha256(fh.read()).hexdigest())
+    for name in lab.nodes:
+        path = os.path.join(lab.workdir, f"{name}-www", "blob")
+        if os.path.exists(path):
+            with open(path, "rb") as fh:
+                hashes.add(hashlib.sha256(fh.read()).hexdigest())
     return hashes
 
 
