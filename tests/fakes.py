@@ -105,7 +105,9 @@ class FakeAddresses:
         from lbctl.adapters.protocols import Probed
 
         self.log += [("probe", str(a)) for a in addresses]
-        return Probed(held={a: self.elsewhere[a.ip] for a in addresses if a.ip in self.elsewhere},
+        # As the real one: an interface no probe went out on hears no answer.
+        return Probed(held={a: self.elsewhere[a.ip] for a in addresses
+                            if a.ip in self.elsewhere and a.ifname not in self.unasked},
                       unasked={ifname: why for ifname, why in self.unasked.items()
                                if any(a.ifname == ifname for a in addresses)})
 

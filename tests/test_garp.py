@@ -12,6 +12,7 @@ from ipaddress import IPv4Address
 import pytest
 from scapy.layers.l2 import ARP, Ether
 
+from fakes import FakeAddresses
 from lbctl.adapters.garp import (
     ETH_P_ARP, announce, announce_again_later, announcement, claim_in, held_here, holders, probe,
     wait_for_link)
@@ -196,12 +197,15 @@ def test_an_interface_that_cannot_probe_is_named_not_waited_for(monkeypatch):
 def test_at_boot_a_vip_another_host_answers_for_is_taken_off_again(capsys):
     from lbctl.adapters.garp import let_go_of_held
 
-    dropped = []
-    kept = let_go_of_held([VIP, OTHER], "lo", probe=lambda ips, ifname: {VIP: HOLDER},
-                          drop=lambda ip, ifname: dropped.append((ip, ifname)))
-    assert kept == [OTHER] and dropped == [(VIP, "lo")]
+    addresses = FakeAddresses({(VIP, 32, "lo"), (OTHER, 32, "lo")}, elsewhere={VIP: HOLDER})
+    kept = let_go_of_held([VIP, OTHER], "lo", addresses)
+    assert kept == [OTHER] and addresses.list() == [(OTHER, 32, "lo")]
     said = capsys.readouterr().err
     assert said.startswith(f"lbctl: another host ({HOLDER}) answers ARP for {VIP} on lo: "
                            "taking it off lo again"), said
-    # A card whose link is not up is not asked: it keeps what it put there.
-    assert let_go_of_held([VIP], "no-such-if0", probe=None, drop=None) == [VIP]
+    # A card no probe could go out on (its link not up) is not asked: it
+    # keeps what it put there.
+    late = FakeAddresses({(VIP, 32, "eth0")}, elsewhere={VIP: HOLDER})
+    late.unasked = {"eth0": "its link is down"}
+    assert let_go_of_held([VIP], "eth0", late) == [VIP]
+    assert late.list() == [(VIP, 32, "eth0")]

@@ -219,35 +219,28 @@ def announce_again_later(ips, ifname, after=AGAIN_AFTER):
     return pid
 
 
-def let_go_of_held(ips, ifname, probe=None, drop=None):
+def let_go_of_held(ips, ifname, addresses=None):
     """Those of `ips` (held here) that another host on `ifname`'s LAN also
     answers for are taken off `ifname` again, each said on stderr: two MACs
     would split the VIP's clients, and the other host was there first.
-    Returns the others.  A link that is not up is not asked."""
-    probe = probe or holders
-    drop = drop or _drop_address
-    if link_state(ifname) not in LINK_UP:
-        return list(ips)
-    try:
-        held = probe(ips, ifname)
-    except OSError:
-        return list(ips)
-    for ip, mac in sorted(held.items()):
-        print(f"lbctl: another host ({mac}) answers ARP for {ip} on {ifname}: taking it off "
-              f"{ifname} again, as two holders would split its clients; `lbctl doctor` names "
-              "the host, and `lbctl apply` takes the VIP once it has let go", file=sys.stderr)
-        drop(ip, ifname)
-    return [ip for ip in ips if ip not in held]
-
-
-def _drop_address(ip, ifname):
+    Returns the others.  A link that is not up, or one no probe could go
+    out on, is not asked: it keeps them (AddressIp.probe)."""
     from lbctl.adapters.addrs import AddressIp
     from lbctl.state import Address
 
-    try:
-        AddressIp().remove(Address(ip, ifname))
-    except OSError as exc:
-        print(f"lbctl: could not take {ip} off {ifname}: {exc}", file=sys.stderr)
+    addresses = addresses or AddressIp()
+    probed = addresses.probe([Address(ip, ifname) for ip in ips], PROBE_LISTEN)
+    for address, mac in sorted(probed.held.items(), key=lambda item: item[0].ip):
+        print(f"lbctl: another host ({mac}) answers ARP for {address.ip} on {ifname}: taking "
+              f"it off {ifname} again, as two holders would split its clients; `lbctl doctor` "
+              "names the host, and `lbctl apply` takes the VIP once it has let go",
+              file=sys.stderr)
+        try:
+            addresses.remove(address)
+        except OSError as exc:
+            print(f"lbctl: could not take {address.ip} off {ifname}: {exc}", file=sys.stderr)
+    held = {address.ip for address in probed.held}
+    return [ip for ip in ips if ip not in held]
 
 
 def main(argv):
