@@ -396,34 +396,36 @@ def test_adding_and_removing_a_worker_keeps_every_table_identical(both):
     lab.wait_for(lambda: all(any("192.168.100.7:80" in line for line in _scheduled(lab, node))
                              for node in ("lb1", "lb2")), what="pi4 scheduled everywhere")
     assert lab.ipvs_rules("lb1") == lab.ipvs_rules("lb2")
-    without_pi2 = copy.deepcopy(with_pi4)
-    del without_pi2["workers"]["pi2"]
-    # Not forced: pi2 stays at weight 0 while a balancer has downloads on it.
+    # pi3, the file's last but pi4: the next test's file adds it back last,
+    # as a worker must come back in mode ecmp (table_order.py).
+    without_pi3 = copy.deepcopy(with_pi4)
+    del without_pi3["workers"]["pi3"]
+    # Not forced: pi3 stays at weight 0 while a balancer has downloads on it.
     # mh keeps its slots there, and mh-fallback sends their new flows on; a
-    # balancer with none on it drops pi2 at once.  Both schedule new flows
+    # balancer with none on it drops pi3 at once.  Both schedule new flows
     # from the same workers meanwhile.
-    _apply(lab, without_pi2, "ecmp-no-pi2", extra=())
+    _apply(lab, without_pi3, "ecmp-no-pi3", extra=())
     lab.wait_for(lambda: _scheduled(lab, "lb1") == _scheduled(lab, "lb2"),
-                 what="the same workers scheduled without pi2")
-    assert not any("192.168.100.4:80" in line for line in _scheduled(lab, "lb1"))
+                 what="the same workers scheduled without pi3")
+    assert not any("192.168.100.6:80" in line for line in _scheduled(lab, "lb1"))
     lab.hurry(downloads)
     results = lab.finish(downloads)
     complete = [r for r in results if r["ok"]]
     report("ecmp table change", downloads_complete=f"{len(complete)}/{len(results)}")
     assert len(complete) == len(results), [r["error"] for r in results if not r["ok"]]
-    # Idle now: an apply removes pi2 everywhere, and the tables are equal.
-    # (A balancer that still counts a closing connection to pi2 keeps it
+    # Idle now: an apply removes pi3 everywhere, and the tables are equal.
+    # (A balancer that still counts a closing connection to pi3 keeps it
     # draining at weight 0, so the apply is made again until none does.)
     tables = {}
 
     def removed_everywhere():
-        _apply(lab, without_pi2, "ecmp-no-pi2", extra=())
+        _apply(lab, without_pi3, "ecmp-no-pi3", extra=())
         tables.update({node: lab.ipvs_rules(node) for node in ("lb1", "lb2")})
         return tables["lb1"] == tables["lb2"] and \
-            not any("192.168.100.4" in line for line in tables["lb1"])
+            not any("192.168.100.6" in line for line in tables["lb1"])
 
     try:
-        lab.wait_for(removed_everywhere, what="identical tables without pi2", timeout=90)
+        lab.wait_for(removed_everywhere, what="identical tables without pi3", timeout=90)
     except LabError as exc:
         raise AssertionError(f"{exc}\n" + "\n".join(f"{node}: {table}" for node, table
                                                     in tables.items())) from None
@@ -436,28 +438,41 @@ def _listed(lab, node):
     return list(ipvs_table.parse_service(done.stdout))
 
 
-def test_a_worker_added_mid_list_keeps_one_table_across_a_restart(both):
-    """A reload of keepalived puts a new real server at the head of the
-    kernel's list wherever the file has it, and a start adds them in its
-    config's order; mh fills its table in list order.  A worker added
-    mid-file reaches both balancers by a reload, and a restart of one of
-    them lists the workers as before, so the downloads the router then
-    moves between them keep their worker.  (Flows that began before the
-    worker came cannot move without breaking: their balancer's connection
-    entry alone keeps them on the worker the old table chose.)"""
+def test_a_worker_added_mid_list_is_refused_and_one_added_last_keeps_one_table(both):
+    """mh fills its table in the kernel's list order.  A reload of keepalived
+    puts a new real server at the head of that list wherever the file has
+    it, and a start lists them in the file's order.  A worker added mid-list
+    is refused on each balancer, at its place in the file, and nothing
+    changes; added last, it reaches both balancers by a reload, and a
+    restart of one of them lists the workers as before, so the downloads the
+    router then moves between them keep their worker.  (Flows that began
+    before the worker came cannot move without breaking: their balancer's
+    connection entry alone keeps them on the worker the old table chose.)"""
     lab = both
+    before = _listed(lab, "lb1")
+    assert _listed(lab, "lb2") == before == ["192.168.100.6:80", "192.168.100.4:80",
+                                             "192.168.100.3:80"]
     mid = copy.deepcopy(ECMP)
     mid["workers"] = {"pi1": ECMP["workers"]["pi1"], "pi4": {"address": "192.168.100.7"},
                       "pi2": ECMP["workers"]["pi2"], "pi3": ECMP["workers"]["pi3"]}
-    # The order so far (a worker removed and added again earlier is at the
-    # head), the same on both; the reload puts pi4 at the head of it.
-    before = _listed(lab, "lb1")
-    assert _listed(lab, "lb2") == before and len(before) == 3
-    reloaded = ["192.168.100.7:80", *before]
     path = _write(lab.files / "ecmp-mid-list.yaml", mid)
+    line = path.read_text().splitlines().index("  pi4:") + 1
+    for node in ("lb1", "lb2"):
+        keepalived = lab.keepalived_pids(node)[0]
+        refused = lab.lbctl(node, "apply", str(path))
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert f"{path}:{line}:3: services.web: worker pi4 is new to this balancer's table " \
+               "and stands before pi3, which the table has" in refused.stderr, refused.stderr
+        assert _listed(lab, node) == before
+        assert lab.keepalived_pids(node)[0] == keepalived
+    last = copy.deepcopy(ECMP)
+    last["workers"]["pi4"] = {"address": "192.168.100.7"}
+    reloaded = ["192.168.100.7:80", *before]
+    path = _write(lab.files / "ecmp-pi4-last.yaml", last)
     for node in ("pi1", "pi2", "pi3", "pi4", "lb1", "lb2"):  # as apply --all takes them
         done = lab.lbctl(node, "apply", str(path))
         assert done.returncode == 0, done.stdout + done.stderr
+        assert "WARNING" not in done.stdout, done.stdout
         if node in ("lb1", "lb2"):
             assert "~ keepalived reload" in done.stdout, done.stdout
             assert _listed(lab, node) == reloaded, done.stdout
@@ -476,22 +491,30 @@ def test_a_worker_added_mid_list_keeps_one_table_across_a_restart(both):
     assert undrained.returncode == 0, undrained.stdout + undrained.stderr
     _waited(lab, ["lb1", "lb2"], "lb2")
     assert _listed(lab, "lb1") == _listed(lab, "lb2") == reloaded
-    # Downloads through both, then every one of lb2's moved to lb1.
+    # Downloads through both, then every one of the busier balancer's moved
+    # to the other (the router's hash may give either one most of the 12).
     downloads = lab.traffic("downloads", VIP, "--count", 12, "--rate", 32 * 1024,
                             "--timeout", 300)
+    counts, busier = {}, None
     try:
-        lab.wait_for(lambda: all(_active(lab, node) >= 3 for node in ("lb1", "lb2")),
-                     what="downloads through both balancers")
-        moved = _active(lab, "lb2")
-        drained = lab.lbctl("lb2", "drain-balancer", "lb2", "--timeout", "60")
+        def established():
+            counts.update({node: _active(lab, node) for node in ("lb1", "lb2")})
+            return sum(counts.values()) >= 12
+        try:
+            lab.wait_for(established, what="the 12 downloads established")
+        except LabError as exc:
+            raise AssertionError(f"{exc}: {counts}") from None
+        busier = max(counts, key=counts.get)
+        drained = lab.lbctl(busier, "drain-balancer", busier, "--timeout", "60")
         assert drained.returncode == 0, drained.stdout + drained.stderr
     finally:
-        lab.lbctl("lb2", "undrain-balancer", "lb2")
+        if busier is not None:
+            lab.lbctl(busier, "undrain-balancer", busier)
         lab.hurry(downloads)
     results = lab.finish(downloads)
     exact = [r for r in results if r["ok"] and r["sha256"] in _blob_hashes(lab)]
-    report("ecmp worker added mid-list, lb2 restarted", moved_from_lb2=moved,
-           downloads_complete_and_byte_exact=f"{len(exact)}/{len(results)}")
+    report("ecmp worker added last, lb2 restarted", downloads_by_balancer=counts,
+           moved_from=busier, downloads_complete_and_byte_exact=f"{len(exact)}/{len(results)}")
     assert len(exact) == len(results), [r["error"] for r in results if not r["ok"]]
     _waited(lab, ["lb1", "lb2"], "lb2")
 

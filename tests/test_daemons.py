@@ -11,15 +11,16 @@ from ipaddress import IPv4Address
 from fakes import FakeAddresses, FakeDaemon, FakeFiles, FakeIpvs, FakeSysctls
 from helpers import PI_ECMP, cluster_from, routed
 from lbctl.adapters.protocols import Adapters
-from lbctl.engine.desired import BootApply, desired_state, leaving_real_servers
-from lbctl.engine.node import listed_order
+from lbctl.engine.desired import (
+    BootApply, desired_state, leaving_real_servers, strip_saved_copy_header,
+)
+from lbctl.engine.table_order import check_table_order
 from lbctl.engine.execute import execute
 from lbctl.layout import Layout
 from lbctl.engine.observe import observe
 from lbctl.records.ownership import read_ownership
 from lbctl.engine.plan import format_plan, make_plan
-from lbctl.config.model import DestKey, ServiceKey
-from lbctl.state import FWD_DIRECT_ROUTING, NodeState, ServiceSpec
+from lbctl.state import NodeState
 
 ECMP = PI_ECMP
 PAIR = routed(PI_ECMP.replace("mode: ecmp\n", "")
@@ -31,7 +32,9 @@ LAYOUT = Layout("pi-web")
 class Balancer:
     """lb1 with fake keepalived, BIRD and exporter, and every step of apply but the kernel's."""
 
-    def __init__(self):
+    def __init__(self, check_order=True):
+        self.check_order = check_order  # False: an lbctl before engine/table_order.py
+        self.warnings = []
         self.daemons = {name: FakeDaemon(name=name) for name in ("keepalived", "bird", "exporter")}
         self.calls = []  # (daemon, call), in the order they were made
         for daemon in self.daemons.values():
@@ -43,16 +46,21 @@ class Balancer:
     def plan(self, text, remove=False):
         cluster = cluster_from(text)
         table = self.adapters.ipvs.dump()
+        if self.check_order and not remove:
+            self.warnings = check_table_order(cluster, table, self.applied_before)
         if remove:
             desired = NodeState("balancer", "lb1", cluster.name)
         else:
             desired = desired_state(cluster, "lb1", "eth0", layout=LAYOUT,
                                     leaving=leaving_real_servers(cluster, table),
-                                    listed=listed_order(table, self.adapters.files, LAYOUT),
                                     boot=BootApply(text, "/usr/bin/python3"))
         owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
         observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
         return make_plan(desired, observed, owned)
+
+    def applied_before(self):
+        saved = self.adapters.files.read(LAYOUT.saved_copy)
+        return cluster_from(strip_saved_copy_header(saved[0])) if saved else None
 
     def apply(self, text, remove=False):
         """As apply does: after a daemon stops, plan again and apply the rest."""
@@ -229,113 +237,3 @@ def test_a_config_refused_after_a_stop_is_refused_before_the_stop():
         raise AssertionError("apply took a config keepalived rejects")
     assert node.daemons["bird"].is_running
     assert ("bird", "stop") not in node.calls
-
-
-# Mode ecmp's table order.  keepalived adds each real server at the head of
-# the kernel's list, on a start in its config's order, on a reload only the
-# new ones; mh fills its table in list order.
-THREE = ECMP.replace("  pi2: {address: 192.168.100.4}\n",
-                     "  pi2: {address: 192.168.100.4}\n  pi3: {address: 192.168.100.6}\n")
-MID_LIST = THREE.replace("  pi2: {address: 192.168.100.4}\n",
-                         "  pi2: {address: 192.168.100.4}\n  pi9: {address: 192.168.100.9}\n")
-
-
-def keepalived_fills_the_table(node):
-    """The fake keepalived of `node` changes the fake kernel's table as the
-    real one does, from the keepalived.conf apply wrote."""
-    import re
-
-    daemon, ipvs = node.daemons["keepalived"], node.adapters.ipvs
-
-    def fill(fresh):
-        if fresh:
-            ipvs.services.clear()
-            ipvs.dests.clear()
-        conf = node.adapters.files.read(LAYOUT.conf)[0]
-        for block in conf.split("virtual_server ")[1:]:
-            vip, port = block.split()[:2]
-            protocol = re.search(r"protocol (\w+)", block)[1].lower()
-            key = ServiceKey(protocol, IPv4Address(vip), int(port))
-            ipvs.services.setdefault(key, ServiceSpec("mh"))
-            wanted = [DestKey(key, IPv4Address(a), int(p))
-                      for a, p in re.findall(r"real_server (\S+) (\d+)", block)]
-            for dest in [d for d in ipvs.dests if d.service == key and d not in wanted]:
-                del ipvs.dests[dest]
-            for dest in wanted:
-                ipvs.dests.setdefault(dest, [1, FWD_DIRECT_ROUTING, 0])  # at the head
-
-    for name, fresh in (("start", True), ("reload", False)):
-        def call(_own=getattr(daemon, name), _fresh=fresh):
-            _own()
-            fill(_fresh)
-        setattr(daemon, name, call)
-
-
-def web_order(node):
-    web = next(s for s in node.adapters.ipvs.dump() if s.key.port == 80)
-    return [str(d.address) for d in web.dests]
-
-
-def restart(node):
-    node.daemons["keepalived"].stop()
-    node.daemons["keepalived"].start()
-
-
-def stop(node):
-    """keepalived stopped (by hand, or it died): it deleted its services."""
-    node.daemons["keepalived"].stop()
-    node.daemons["keepalived"].is_running = False
-    node.adapters.ipvs.services.clear()
-    node.adapters.ipvs.dests.clear()
-
-
-def test_a_worker_added_mid_list_keeps_its_place_across_a_restart():
-    node = Balancer()
-    keepalived_fills_the_table(node)
-    node.apply(THREE)
-    assert web_order(node) == ["192.168.100.6", "192.168.100.4", "192.168.100.3"]
-    plan = node.plan(MID_LIST)
-    assert changes(plan) == [("keepalived", "reload")], format_plan(plan)
-    node.apply(MID_LIST)
-    # The reload put pi9 at the head, as on every balancer that reloads.
-    reloaded = ["192.168.100.9", "192.168.100.6", "192.168.100.4", "192.168.100.3"]
-    assert web_order(node) == reloaded
-    assert node.plan(MID_LIST).empty
-    # A restart (a reboot, a crash) lists them as the reload did: the
-    # config names pi9 last.
-    restart(node)
-    assert web_order(node) == reloaded
-    assert node.plan(MID_LIST).empty
-    # So does the start of an apply after keepalived stopped, which left no
-    # table to read the order from.
-    stop(node)
-    plan = node.plan(MID_LIST)
-    assert changes(plan) == [("keepalived", "start")], format_plan(plan)
-    node.apply(MID_LIST)
-    assert web_order(node) == reloaded
-
-
-def test_a_fresh_balancer_lists_the_workers_in_the_files_order():
-    node = Balancer()
-    keepalived_fills_the_table(node)
-    node.apply(MID_LIST)
-    assert web_order(node) == ["192.168.100.6", "192.168.100.9", "192.168.100.4",
-                               "192.168.100.3"]
-    restart(node)
-    assert node.plan(MID_LIST).empty
-
-
-def test_a_failover_pair_lists_the_workers_in_the_files_order():
-    """Its backup takes the synced connections over, not a router's moved
-    flows: keepalived's config follows the file."""
-    def as_pair(text):
-        return routed(text.replace("mode: ecmp\n", "").replace(
-            "bgp:\n  as: 65001\n  router: {address: 192.168.100.1, as: 65000}\n", "").replace(
-            "  lb3: {address: 192.168.100.7, interface: eth0}\n", ""))
-    node = Balancer()
-    keepalived_fills_the_table(node)
-    node.apply(as_pair(THREE))
-    node.apply(as_pair(MID_LIST))
-    restart(node)
-    assert web_order(node) == ["192.168.100.6", "192.168.100.9", "192.168.100.4",
-                               "192.168.100.3"]

@@ -1,8 +1,8 @@
 """The state one node should have, from the validated cluster."""
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from lbctl.config.model import TABLE_SCHEDULERS, DestKey, Mode
+from lbctl.config.model import DestKey, Mode
 from lbctl.errors import NodeError
 from lbctl.render.sysctl import parse_sysctl_conf, render_worker_sysctl
 from lbctl.layout import (
@@ -143,41 +143,6 @@ def leaving_real_servers(cluster, ipvs_services):
     return leaving
 
 
-def kernel_lists(ipvs_services):
-    """{ServiceKey: ((IPv4Address, port), ...)}: each service's real servers
-    in the kernel's list order, head first."""
-    return {svc.key: tuple((d.address, d.port) for d in svc.dests) for svc in ipvs_services}
-
-
-def in_kernel_order(cluster, listed):
-    """Mode ecmp: the cluster with each mh or sh service's real servers in
-    the order keepalived added them to this kernel, those it has not added
-    yet last, in the file's order.
-
-    mh fills its table from the kernel's list, and keepalived adds a real
-    server at the head of that list: on a start in its config's order, on a
-    reload only the new ones.  A worker added mid-file so stands elsewhere
-    after a reload than after a start, and a balancer restarted (or
-    rebooted) would hash flows to other workers than the ones that were
-    only reloaded.  With its config in the order the kernel has, a start
-    lists them as the reloads did.  Where the kernel has no such service
-    yet, the file's order."""
-    if cluster.mode != Mode.ECMP:
-        return cluster
-    services = {}
-    for name, svc in cluster.services.items():
-        now = listed.get(svc.key)
-        if svc.scheduler not in TABLE_SCHEDULERS or not now:
-            services[name] = svc
-            continue
-        added = {address: i for i, (address, port) in enumerate(reversed(now))
-                 if port == svc.port}
-        in_order = sorted(svc.real_servers,  # stable: the new ones keep the file's order
-                          key=lambda rs: (rs.address not in added, added.get(rs.address, 0)))
-        services[name] = replace(svc, real_servers=tuple(in_order))
-    return replace(cluster, services=services)
-
-
 def _saved_copy(state, cluster, boot):
     """The file as applied, kept on a balancer: its boot unit applies it, and
     drain, undrain, status and the exporter read names and weights from it."""
@@ -209,7 +174,7 @@ def _scrapers(cluster, own, listen):
 
 
 def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, force=False,
-                                drained=frozenset(), boot=None, listed=None):
+                                drained=frozenset(), boot=None):
     """keepalived runs this balancer: lbctl writes its files and keeps it running.
 
     keepalived owns the VIPs (VRRP) and the IPVS table (its checkers add and
@@ -220,9 +185,7 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     connections (`leaving`, from the kernel) it stays in keepalived's config
     at weight 0, without checks, and a later apply drops it once it is idle;
     `force` drops it at once.  `drained` (DestKeys) stay in at weight 0,
-    checks and all, until `lbctl undrain`.  `listed` (kernel_lists()): the
-    order the kernel lists each service's real servers in, which mode
-    ecmp's config keeps (in_kernel_order()).
+    checks and all, until `lbctl undrain`.
     """
     from lbctl.render.keepalived import (
         render_keepalived_conf, render_keepalived_unit, render_takeover_rules, script_text,
@@ -239,9 +202,8 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
         state.sysctls.update(pair_sysctls(cluster))
     elif cluster.mode == Mode.ECMP:
         state.sysctls.update(ECMP_SYSCTLS)
-    state.files[layout.conf] = FileSpec(render_keepalived_conf(
-        in_kernel_order(cluster, listed or {}), node, interface, layout, state.draining,
-        state.drained))
+    state.files[layout.conf] = FileSpec(render_keepalived_conf(cluster, node, interface, layout,
+                                                               state.draining, state.drained))
     _saved_copy(state, cluster, boot)
     scripts = {f"{layout.etc_dir}/{name}": name for name in KEEPALIVED_SCRIPTS}
     if cluster.mode == Mode.FAILOVER:
@@ -348,14 +310,13 @@ def desired_worker(cluster, node):
 
 
 def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None, force=False,
-                  drained=frozenset(), listed=None):
+                  drained=frozenset()):
     """`layout` (a Layout) is needed on balancers of keepalived clusters,
-    and `leaving` (leaving_real_servers()) there tells which real servers drain,
-    `listed` (kernel_lists()) in which order the kernel has them.
+    and `leaving` (leaving_real_servers()) there tells which real servers drain.
     `drained`: DestKeys `lbctl drain` took out (drains.drained_dests())."""
     if role_of(cluster, node) == "worker":
         return desired_worker(cluster, node)
     if cluster.engine == "keepalived":
         return desired_keepalived_balancer(cluster, node, interface, layout, leaving, force,
-                                           drained, boot, listed)
+                                           drained, boot)
     return desired_balancer(cluster, node, interface, boot, drained)

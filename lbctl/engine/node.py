@@ -14,8 +14,7 @@ from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
 from lbctl.records.drains import NewerDrainRecord, drained_dests, read_drains
 from lbctl.engine.desired import (
-    BootApply, desired_state, find_node, kernel_lists, leaving_real_servers, role_of,
-    strip_saved_copy_header,
+    BootApply, desired_state, find_node, leaving_real_servers, role_of, strip_saved_copy_header,
 )
 from lbctl.errors import NodeError
 from lbctl.engine.observe import node_interface, observe
@@ -97,6 +96,13 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
                           else (None, None))
     ipvs_table = ipvs.dump() if ipvs is not None else []
     leaving = leaving_real_servers(cluster, ipvs_table) if is_balancer else {}
+    order_warnings = []
+    if is_balancer and not remove:
+        from lbctl.engine.table_order import check_table_order
+
+        # Before anything runs: a refused order changes nothing here.
+        order_warnings = check_table_order(cluster, ipvs_table,
+                                           lambda: _applied_here(cluster.name, root))
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
                         files=FilesRoot(root), daemons=daemons, systemd=systemd)
     drains, drain_problem = {}, None
@@ -115,7 +121,6 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
     else:
         desired = desired_state(cluster, name, ifname, boot=boot, layout=layout,
                                 leaving=leaving, force=force,
-                                listed=listed_order(ipvs_table, adapters.files, layout),
                                 drained=set(drained_dests(cluster, drains)))
     # A daemon nothing here can run (the exporter, where systemd does not run
     # the node) is left to its unit file.
@@ -132,7 +137,7 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
     if is_balancer and not remove:
         from lbctl.engine.neighbours import clusters_here, shared_kernel_warnings
 
-        warnings = shared_kernel_warnings(cluster, clusters_here(cluster, root))
+        warnings = shared_kernel_warnings(cluster, clusters_here(cluster, root)) + order_warnings
     if boot_warning is not None:
         warnings.append(boot_warning)
     if is_balancer and plan.pair_config_left is not None:
@@ -148,17 +153,19 @@ LEAVING_A_PAIR = (
     "the balancer that leaves first.")
 
 
-def listed_order(ipvs_table, files, layout):
-    """Each service's real servers in the kernel's order, or for a service
-    the kernel lists none of (keepalived stopped: it deletes its services)
-    in the order the keepalived config on disk starts them in."""
-    in_kernel = {key: listed for key, listed in kernel_lists(ipvs_table).items() if listed}
-    if layout is None:
-        return in_kernel
-    from lbctl.render.keepalived import listed_by_a_start
+def _applied_here(name, root):
+    """The cluster as last applied here (its saved copy), or None where
+    there is none or it no longer loads."""
+    from lbctl.errors import LbctlError
+    from lbctl.layout import Layout
 
-    on_disk = files.read(layout.conf)
-    return {**(listed_by_a_start(on_disk[0]) if on_disk else {}), **in_kernel}
+    layout = Layout(name, root)
+    if not os.path.exists(layout.real(layout.saved_copy)):
+        return None
+    try:
+        return load_cluster(layout.real(layout.saved_copy))
+    except LbctlError:
+        return None
 
 
 def _boot_apply(cluster, root):

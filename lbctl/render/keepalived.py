@@ -106,25 +106,3 @@ def keepalived_argv(layout, keepalived="/usr/sbin/keepalived"):
 
 def script_text(name):
     return template_text("keepalived", name)
-
-
-def listed_by_a_start(conf):
-    """{ServiceKey: ((IPv4Address, port), ...)} from a keepalived.conf lbctl
-    wrote: each virtual server's real servers in the order a start of
-    keepalived lists them in the kernel, the config's last at the head."""
-    import re
-    from ipaddress import IPv4Address
-
-    from lbctl.config.model import ServiceKey
-
-    listed = {}
-    for block in re.split(r"^virtual_server ", conf, flags=re.M)[1:]:
-        vip, port = block.split(None, 2)[:2]
-        protocol = re.search(r"^\s*protocol\s+(\w+)", block, re.M)
-        if protocol is None:
-            continue
-        servers = re.findall(r"^\s*real_server\s+(\S+)\s+(\d+)", block, re.M)
-        key = ServiceKey(protocol[1].lower(), IPv4Address(vip), int(port))
-        listed[key] = tuple((IPv4Address(a), int(p)) for a, p in reversed(servers))
-    return listed
-
