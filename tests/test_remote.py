@@ -400,7 +400,9 @@ def test_doctor_all_finds_ecmp_balancers_whose_table_orders_differ(monkeypatch, 
     assert (found["node"], found["check"]) == ("lb1, lb2, lb3", "table-differs")
     assert found["evidence"] == "table digests: lb1 aaaa1111, lb2 bbbb2222, lb3 aaaa1111"
     assert "lbctl drain-balancer NAME" in found["fix"]
-    assert "`sudo lbctl apply FILE --remove` and `sudo lbctl apply FILE` there" in found["fix"]
+    assert "`sudo systemctl restart lbctl-pi-web-keepalived`" in found["fix"]
+    # Not apply --remove: it would wipe the balancer's drain records.
+    assert "--remove" not in found["fix"]
     # A node's odd answer is no crash, and no finding.
     tables["lb2"] = {web: 7}
     assert run() == (0, [])

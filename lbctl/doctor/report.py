@@ -51,11 +51,13 @@ def table_findings(cluster_name, tables):
             "in the kernel's list, their weights or the scheduler's flags): a flow the "
             "router moves between them may reach another worker",
             "table digests: " + ", ".join(f"{n} {d}" for n, d in sorted(by_node.items())),
-            "bring each balancer to the file's order, one at a time: `sudo lbctl "
-            "drain-balancer NAME`, then `sudo lbctl apply FILE --remove` and `sudo lbctl "
-            "apply FILE` there (a balancer started from nothing lists them in the file's "
-            "order; a restart keeps the order it had).  Flows the router moves while the "
-            "balancers still differ may reach another worker"))
+            "on each balancer whose `lbctl plan` warns that its kernel lists a service's "
+            "real servers otherwise than a start would, one at a time: `sudo lbctl "
+            f"drain-balancer NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, "
+            "and `sudo lbctl undrain-balancer NAME` once `lbctl status` shows its workers up "
+            "(a start lists them in the file's order; undrain drained workers first, as a "
+            "worker at weight 0 when keepalived starts gets no slots).  Flows the router "
+            "moves while the balancers still differ may reach another worker"))
     return found
 
 
