@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import ipvs_table
-from clusters import WEB_VIP, pair_edited
+from clusters import PAIR, WEB_VIP, pair_edited
 from conftest import LOADS, measured
 from lbctl.errors import LabError
 from test_keepalived import ALL_WORKERS, _blob_hashes, ipvs_web_weights, pair  # noqa: F401
@@ -72,9 +72,23 @@ def test_a_single_netlink_balancer_keeps_a_drain_and_refuses_an_empty_service(la
     assert lab.ask_web(8).count("served by pi3") > 0
 
 
-def test_draining_and_undraining_each_worker_under_load_fails_no_request(lab, pair):
-    load = lab.start_load()
-    windows = {}
+PI4 = {"address": "192.168.100.7"}
+
+
+def _applied_everywhere(lab, spec, name):
+    path = lab.write(name, spec)
+    for node, result in lab.apply_all(path).items():
+        assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+    return path
+
+
+def _on_both_until(lab, predicate, what):
+    lab.wait_for(lambda: all(predicate(node) for node in BALANCERS), timeout=30, what=what)
+
+
+def _drain_and_undrain_each_worker(lab, windows):
+    """Each worker out and back on both balancers; `windows` gets the time
+    each was out, past its connections in flight."""
     for worker in ALL_WORKERS:
         printed = on_both(lab, "drain", worker)
         assert printed["lb1"].startswith(f"{worker} drained on lb1:\n"), printed["lb1"]
@@ -86,10 +100,101 @@ def test_draining_and_undraining_each_worker_under_load_fails_no_request(lab, pa
         printed = on_both(lab, "undrain", worker)
         assert printed["lb2"].startswith(f"{worker} undrained on lb2:\n"), printed["lb2"]
         assert {weight_of(lab, node, worker) for node in BALANCERS} == {FILE_WEIGHT[worker]}
-    records = lab.stop_load(load)
-    failed = [r for r in records if not r[2]]
-    measured("drain and undrain of each worker under load", failed=f"{len(failed)}/{len(records)}")
-    assert failed == []
+
+
+def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab, pair):
+    """The changes an operator makes to a running pair, one after the other,
+    under a new connection every 20 ms and, through each change, long
+    downloads started just before it: every request answered, every
+    download complete and byte-exact.  The table it prints is the one in
+    docs/operations.md."""
+    lab.ensure_web_server("pi4")
+    with_pi4 = pair_edited(workers=lambda w: {**w, "pi4": PI4})
+    web = PAIR["services"]["web"]
+    slower = pair_edited(services=lambda s: {
+        **s, "web": {**web, "health": {**web["health"], "timeout": "600ms"}}})
+    lowered = pair_edited(balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 50}})
+    reweighted = pair_edited(workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 3}})
+    windows = {}
+
+    def add_pi4():
+        _applied_everywhere(lab, with_pi4, "live-with-pi4")
+        _on_both_until(lab, lambda n: ipvs_web_weights(lab, n).get("192.168.100.7:80") == 1,
+                       "pi4 checked and scheduled on both balancers")
+
+    def remove_pi4():
+        # Not forced: a balancer with downloads on pi4 keeps it at weight 0
+        # until they end.
+        _applied_everywhere(lab, pair_edited(), "live-without-pi4")
+        _on_both_until(lab, lambda n: not ipvs_web_weights(lab, n).get("192.168.100.7:80"),
+                       "pi4 out of rotation on both balancers")
+
+    def reweight():
+        _applied_everywhere(lab, reweighted, "live-pi3-weight-3")
+        _on_both_until(lab, lambda n: weight_of(lab, n, "pi3") == 3, "pi3 at weight 3")
+        _applied_everywhere(lab, pair_edited(), "live-pi3-weight-2")
+        _on_both_until(lab, lambda n: weight_of(lab, n, "pi3") == 2, "pi3 at weight 2")
+
+    def reload():
+        pids = {node: lab.keepalived_pids(node)[0] for node in BALANCERS}
+        _applied_everywhere(lab, slower, "live-slower-check")
+        assert {node: lab.keepalived_pids(node)[0] for node in BALANCERS} == pids
+        time.sleep(3)  # the new checkers' first rounds
+        _applied_everywhere(lab, pair_edited(), "live-check-back")
+
+    def fail_over():
+        _applied_everywhere(lab, lowered, "live-lb1-lowered")
+        lab.wait_for(lambda: lab.vrrp_state("lb2") == "MASTER", what="lb2 to take over")
+        time.sleep(2)
+
+    def fail_back():
+        _applied_everywhere(lab, pair_edited(), "live-lb1-back")
+        lab.wait_for_roles(timeout=60)
+        time.sleep(2)
+
+    steps = [("add a worker", add_pi4),
+             ("remove a worker", remove_pi4),
+             ("reweight a worker, and back", reweight),
+             ("reload keepalived (a new check timeout), and back", reload),
+             ("drain and undrain each worker", lambda: _drain_and_undrain_each_worker(lab, windows)),
+             ("planned failover to the backup", fail_over),
+             ("fail back to the master", fail_back)]
+    load = lab.start_load(interval=0.02)
+    done = []
+    try:
+        for name, change in steps:
+            downloads = lab.traffic("downloads", WEB_VIP, "--count", 4, "--rate", 64 * 1024,
+                                    "--timeout", 120)
+            time.sleep(1)  # under way before the change
+            began = time.time()
+            try:
+                change()
+            finally:
+                ended = time.time()
+                lab.hurry(downloads)
+            done.append((name, began, ended, lab.finish(downloads)))
+        records = lab.stop_load(load)
+    finally:
+        if load.poll() is None:
+            load.kill()
+        lab.lbctl("pi4", "apply", str(lab.write("live-pi4-gone", with_pi4)), "--remove")
+    hashes = _blob_hashes(lab)
+    rows = []
+    for name, began, ended, results in done:
+        during = [r for r in records if began <= r[0] <= ended + 1]
+        failed = [r for r in during if not r[2]]
+        broken = [r for r in results if not (r["ok"] and r["sha256"] in hashes)]
+        rows.append((name, len(during), failed, len(results), broken))
+    table = ["| change | requests | failed | downloads | broken |", "| --- | --- | --- | --- | --- |"]
+    table += [f"| {name} | {requests} | {len(failed)} | {count} | {len(broken)} |"
+              for name, requests, failed, count, broken in rows]
+    print("\n" + "\n".join(table))
+    measured("every change to a live pair", requests=len(records),
+             failed=sum(len(row[2]) for row in rows), broken=sum(len(row[4]) for row in rows))
+    problems = {name: (failed[:3], [r.get("error") for r in broken][:3])
+                for name, _, failed, _, broken in rows if failed or broken}
+    assert not problems, problems
+    assert all(requests > 20 for _, requests, _, _, _ in rows), rows
     for worker, (start, end) in windows.items():
         served = served_between(records, start, end)
         assert served and f"served by {worker}" not in served, (worker, served)
