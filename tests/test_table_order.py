@@ -34,10 +34,13 @@ def keepalived_fills_the_table(node):
     real one does, from the keepalived.conf apply wrote."""
     daemon, ipvs = node.daemons["keepalived"], node.adapters.ipvs
 
+    configured = set()  # the DestKeys of keepalived's config as last read
+
     def fill(fresh):
         if fresh:
             ipvs.services.clear()
             ipvs.dests.clear()
+            configured.clear()
         conf = node.adapters.files.read(LAYOUT.conf)[0]
         for block in conf.split("virtual_server ")[1:]:
             vip, port = block.split()[:2]
@@ -49,7 +52,10 @@ def keepalived_fills_the_table(node):
             for dest in [d for d in ipvs.dests if d.service == key and d not in wanted]:
                 del ipvs.dests[dest]
             for dest in wanted:
-                ipvs.dests.setdefault(dest, [1, FWD_DIRECT_ROUTING, 0])  # at the head
+                if dest not in configured:  # not one it believes in (deleted by hand)
+                    ipvs.dests.setdefault(dest, [1, FWD_DIRECT_ROUTING, 0])  # at the head
+            configured.difference_update(d for d in list(configured) if d.service == key)
+            configured.update(wanted)
 
     for name, fresh in (("start", True), ("reload", False)):
         def call(_own=getattr(daemon, name), _fresh=fresh):
@@ -170,7 +176,9 @@ def test_a_worker_added_back_while_the_table_still_holds_it_is_refused_out_of_pl
     assert "192.168.100.4" in web_order(node)
     error = refusal(node, WITHOUT_PI2.replace(PI3, PI3 + PI2))
     assert "services.web: worker pi3 is not where this balancer's table has it" in error, error
-    assert "pi2 left the service but is still in its table" in error
+    assert "pi2 left the service but is still in this balancer's table" in error
+    assert "wait until every balancer has dropped it (`lbctl status --all`)" in error
+    assert "`apply --force` of the file without it" in error
     # At its old place it is where a start puts it.
     node.apply(THREE)
     assert web_order(node) == ["192.168.100.6", "192.168.100.4", "192.168.100.3"]
@@ -229,3 +237,98 @@ def test_a_real_server_deleted_by_hand_is_warned_of_and_the_file_still_applies()
     assert node.plan(THREE).empty
     assert [w.split(":")[0] for w in node.warnings] == ["service web"]
     assert "lists its real servers as pi3, pi1 (head first)" in node.warnings[0]
+
+
+def delete_by_hand(node, address, port=80):
+    """`ipvsadm -d` of a real server of web: keepalived still believes it in."""
+    web = [d for d in node.adapters.ipvs.dests if d.service.port == 80]
+    del node.adapters.ipvs.dests[next(d for d in web if str(d.address) == address
+                                      and d.port == port)]
+
+
+def test_a_worker_appended_after_a_real_server_deleted_by_hand_still_applies():
+    """keepalived does not add back the one deleted (it is in both configs),
+    so only the new one heads the list: not a change of this apply's."""
+    node = balancer()
+    node.apply(THREE)
+    delete_by_hand(node, "192.168.100.4")
+    node.apply(APPENDED)
+    assert web_order(node) == ["192.168.100.9", "192.168.100.6", "192.168.100.3"]
+    assert node.plan(APPENDED).empty
+    assert [w.split(":")[0] for w in node.warnings] == ["service web"]
+    assert "lists its real servers as pi9, pi3, pi1 (head first)" in node.warnings[0]
+
+
+def test_a_worker_added_mid_list_is_refused_on_a_balancer_that_differed_already():
+    node = balancer(check_order=False)
+    node.apply(THREE)
+    node.apply(MID_LIST)  # an older lbctl's reload
+    node.check_order = True
+    error = refusal(node, MID_LIST.replace(PI2, PI2 + PI8))
+    assert "services.web: worker pi8 is new to this balancer's table and stands before " \
+           "pi3, which the table has" in error, error
+
+
+@pytest.mark.parametrize("saved_copy", ["missing", "unloadable"])
+def test_a_worker_added_mid_list_is_refused_without_a_saved_copy(saved_copy):
+    node = balancer()
+    node.apply(THREE)
+    if saved_copy == "missing":
+        del node.adapters.files.files[LAYOUT.saved_copy]
+    else:
+        node.adapters.files.files[LAYOUT.saved_copy] = "services: [\n"
+    node.applied_before = lambda: None  # as engine/node.py's _applied_here gives it
+    error = refusal(node, MID_LIST)
+    assert "services.web: worker pi9 is new to this balancer's table" in error, error
+
+
+def test_real_servers_are_told_apart_by_port():
+    """A real server added by hand at the worker's address on another port is
+    another real server: the worker appended is still new, and heads the list."""
+    node = balancer()
+    node.apply(THREE)
+    web = next(s for s in node.adapters.ipvs.services if s.port == 80)
+    dests = node.adapters.ipvs.dests
+    by_hand = {DestKey(web, IPv4Address("192.168.100.9"), 8080): [1, FWD_DIRECT_ROUTING, 0]}
+    node.adapters.ipvs.dests = {**by_hand, **dests}  # at the tail of the kernel's list
+    node.apply(APPENDED)
+    assert web_order(node)[:4] == ["192.168.100.9", "192.168.100.6", "192.168.100.4",
+                                   "192.168.100.3"]
+
+
+def test_a_workers_new_address_in_mid_list_is_named_as_such():
+    node = balancer()
+    node.apply(THREE)
+    error = refusal(node, THREE.replace("pi2: {address: 192.168.100.4}",
+                                        "pi2: {address: 192.168.100.14}"))
+    assert "services.web: worker pi2 moves from 192.168.100.4 to 192.168.100.14: to this " \
+           "balancer's table that is a new real server, and it stands before pi3" in error, error
+    assert "take pi2 out of the service in one apply, then add it with its new address " \
+           "after the others" in error
+
+
+def test_a_balancer_that_missed_the_removal_is_told_to_apply_it_first():
+    """The others took pi2 out, then in again at the end; this one missed
+    the first apply and still holds pi2 at its old place."""
+    node = balancer()
+    node.apply(THREE)
+    error = refusal(node, WITHOUT_PI2.replace(PI3, PI3 + PI2))
+    assert "services.web: worker pi3 is not where this balancer's table has it" in error, error
+    assert "this balancer missed the apply that took it out: apply that file here first" \
+        in error
+    node.apply(WITHOUT_PI2)
+    node.apply(WITHOUT_PI2.replace(PI3, PI3 + PI2))
+    assert web_order(node) == ["192.168.100.4", "192.168.100.6", "192.168.100.3"]
+
+
+def test_the_saved_copy_is_read_from_the_balancers_layout_and_an_unloadable_one_is_none(tmp_path):
+    from lbctl.engine.node import _applied_here
+
+    assert _applied_here("pi-web", str(tmp_path)) is None
+    saved = tmp_path / LAYOUT.saved_copy.lstrip("/")
+    saved.parent.mkdir(parents=True)
+    saved.write_text(THREE)
+    applied = _applied_here("pi-web", str(tmp_path))
+    assert [w for w in applied.workers] == ["pi1", "pi2", "pi3"]
+    saved.write_text("services: [\n")
+    assert _applied_here("pi-web", str(tmp_path)) is None

@@ -1,17 +1,19 @@
-"""Mode ecmp: every balancer fills an mh (or sh) table alike, from the file alone.
+"""Mode ecmp: every balancer fills an mh table alike, from the file alone.
 
 mh fills its table from the real servers in the order of the kernel's list,
 and keepalived adds each real server at the head of that list: on a start
 in its config's order (so the file's last one heads the list), on a reload
-only the new ones.  The two agree as long as each change only appends: a
-worker added at the end of a service's list heads it after a reload as
-after a start.  A worker added before others, or workers reordered, would
-stand elsewhere after a reload than after a restart, a reboot or on a new
-balancer, and flows the router moves between balancers would reach other
-workers.  So apply refuses a change that would make this kernel's list
-differ from what a start of keepalived gives, and only warns where the
-list differed before the change (an lbctl older than this rule, a real
-server deleted by hand).
+only those its previous config lacked.  The two agree as long as each change
+only appends: a worker added at the end of a service's list heads it after a
+reload as after a start.  A worker added before others, or workers
+reordered, would stand elsewhere after a reload than after a restart, a
+reboot or on a new balancer, and flows the router moves between balancers
+would reach other workers.  So apply refuses a change that would make this
+kernel's list differ from what a start of keepalived gives, and only warns
+where the list differed before the change (an lbctl older than this rule, a
+real server deleted by hand).
+
+Real servers are (address, port) pairs, as the kernel keys them.
 """
 
 from lbctl.config.model import TABLE_SCHEDULERS, Mode
@@ -19,24 +21,18 @@ from lbctl.errors import ConfigError
 
 
 def start_order(svc):
-    """svc's real servers' addresses as a start of keepalived lists them, head first."""
-    return [rs.address for rs in reversed(svc.real_servers)]
+    """svc's real servers as a start of keepalived lists them, head first."""
+    return [(rs.address, svc.port) for rs in reversed(svc.real_servers)]
 
 
-def after_reload(svc, listed):
-    """...as a reload leaves them, from the kernel's list `listed`: the new
-    ones at the head (the file's last first), then those it kept, as they
-    were.  Real servers the file dropped are left out."""
-    held = set(listed)
-    wanted = {rs.address for rs in svc.real_servers}
-    return [a for a in start_order(svc) if a not in held] + [a for a in listed if a in wanted]
-
-
-def _in_start_order(svc, listed):
-    """Does the kernel list the real servers it has of svc as a start would?"""
-    present = set(listed)
-    return [a for a in listed if a in {rs.address for rs in svc.real_servers}] == \
-        [a for a in start_order(svc) if a in present]
+def after_reload(svc, listed, previous):
+    """...as a reload leaves them, from the kernel's list `listed`: those
+    keepalived's `previous` config lacked at the head (the file's last
+    first), then those the kernel kept, as they were.  One in both configs
+    that the kernel lacks (deleted by hand) stays out: keepalived believes
+    it in.  Real servers the file dropped are left out."""
+    wanted = set(start_order(svc))
+    return [k for k in start_order(svc) if k not in previous] + [k for k in listed if k in wanted]
 
 
 def check_table_order(cluster, ipvs_table, applied_before=lambda: None):
@@ -47,39 +43,129 @@ def check_table_order(cluster, ipvs_table, applied_before=lambda: None):
     or None; read only where the kernel's order differs."""
     if cluster.mode != Mode.ECMP:
         return []
-    listed = {s.key: [d.address for d in s.dests] for s in ipvs_table if s.key is not None}
+    listed = {s.key: [(d.address, d.port) for d in s.dests] for s in ipvs_table
+              if s.key is not None}
     applied, before = None, None
     problems, warnings = [], []
     for svc in sorted(cluster.services.values(), key=lambda s: s.name):
         now = listed.get(svc.key)
         if svc.scheduler not in TABLE_SCHEDULERS or not now:
             continue  # a start fills it (keepalived deleted its table as it stopped)
-        if after_reload(svc, now) == start_order(svc):
-            continue
+        if now == start_order(svc):
+            continue  # as a start lists them: a reload changes nothing
         if before is None:
             applied = applied_before()
             before = {s.key: s for s in applied.services.values()} if applied else {}
         old = before.get(svc.key)
-        if old is None or not _in_start_order(old, now) or _addresses(old) == _addresses(svc):
-            warnings.append(_drifted(svc, now, _names(cluster, applied)))
+        if after_reload(svc, now, _previous(now, old)) == start_order(svc):
+            continue
+        names = _names(applied, cluster)
+        problem = _new_before_held(cluster, svc, now, old, names) or \
+            _reordered(cluster, svc, now, old, names)
+        if problem is not None:
+            problems.append(problem)
         else:
-            problems.append(_refusal(cluster, svc, now, old))
+            warnings.append(_drifted(svc, now, names))
     if problems:
         raise ConfigError(problems)
     return warnings
 
 
-def _addresses(svc):
-    return [rs.address for rs in svc.real_servers]
+def _previous(listed, old):
+    """The real servers keepalived's config had before this apply: the saved
+    copy's, and those the kernel holds that it dropped (lbctl keeps them in
+    the config until idle).  Without a saved copy, what the kernel holds."""
+    return set(listed) | (set(start_order(old)) if old is not None else set())
+
+
+def _new_before_held(cluster, svc, listed, old, names):
+    """A worker keepalived would add at the head, placed in the file before
+    one the kernel holds: whatever the saved copy says, a reload lists it
+    elsewhere than a start."""
+    previous, held = _previous(listed, old), set(listed)
+    key = {rs.worker: (rs.address, svc.port) for rs in svc.real_servers}
+    kept = [rs for rs in svc.real_servers if key[rs.worker] in held]
+    if not kept:
+        return None
+    last_kept = kept[-1]
+    early = next((rs for rs in svc.real_servers[:svc.real_servers.index(last_kept)]
+                  if key[rs.worker] not in previous), None)
+    if early is None:
+        return None
+    was = _address_in(old, early.worker)
+    what = (f"worker {early.worker} moves from {was} to {early.address}: to this balancer's "
+            f"table that is a new real server, and it stands before {last_kept.worker}, "
+            "which the table has" if was is not None and was != early.address else
+            f"worker {early.worker} is new to this balancer's table and stands before "
+            f"{last_kept.worker}, which the table has")
+    how = (f"take {early.worker} out of the service in one apply, then add it with its new "
+           f"address after the others" if was is not None and was != early.address else
+           f"add new workers after the others (here after {last_kept.worker})")
+    message = (f"services.{svc.name}: {what}: in mode ecmp keepalived adds a new worker at "
+               "the head of the kernel's list on a reload, but a restart lists them in the "
+               f"file's order, and the balancers' mh tables would differ; {how}")
+    return _at_worker(cluster, svc, early.worker, message)
+
+
+def _reordered(cluster, svc, listed, old, names):
+    """Workers the kernel holds, placed in another order than its list: a
+    refusal where the saved copy shows this change makes it; None where the
+    kernel differed already (or no saved copy tells)."""
+    if old is None or not _kept_in_start_order(old, listed) or \
+            start_order(old) == start_order(svc):
+        return None
+    key = {rs.worker: (rs.address, svc.port) for rs in svc.real_servers}
+    held = set(listed)
+    kept = [rs for rs in svc.real_servers if key[rs.worker] in held]
+    ordered = [k for k in reversed(listed) if k in {key[rs.worker] for rs in kept}]
+    moved = next((rs for rs, k in zip(kept, ordered) if key[rs.worker] != k), None)
+    if moved is None:
+        return None  # the same order: what differs is a real server deleted by hand
+    old_keys = set(start_order(old))
+    left = [rs.worker for rs in kept if key[rs.worker] not in old_keys]
+    back = (f"; {', '.join(left)} left the service but is still in this balancer's table, "
+            "where it stays while it has connections: add it back at its old place, or wait "
+            "until every balancer has dropped it (`lbctl status --all`), or drop it here now "
+            "by an `apply --force` of the file without it, then add it after the others"
+            if left else
+            f"; if the other balancers took {moved.worker} out and back in, this balancer "
+            "missed the apply that took it out: apply that file here first")
+    message = (f"services.{svc.name}: worker {moved.worker} is not where this balancer's "
+               f"table has it: keep the workers the table has in its order, "
+               f"{_shown(ordered, names)} (the head of the kernel's list last), and add new "
+               f"ones after them; a reordered list reaches the kernel only at a restart, and "
+               f"the balancers' mh tables would differ{back}")
+    return _at_worker(cluster, svc, moved.worker, message)
+
+
+def _kept_in_start_order(old, listed):
+    """Does the kernel list the real servers of `old` it has as a start of
+    keepalived with `old` would?"""
+    mine = set(start_order(old))
+    present = set(listed)
+    return [k for k in listed if k in mine] == [k for k in start_order(old) if k in present]
+
+
+def _address_in(old, worker):
+    if old is None:
+        return None
+    return next((rs.address for rs in old.real_servers if rs.worker == worker), None)
+
+
+def _at_worker(cluster, svc, worker, message):
+    from lbctl.config.places import worker_diagnostic
+
+    return worker_diagnostic(cluster, svc.name, worker, message)
 
 
 def _names(*clusters):
-    """{address: worker name} from the clusters given (None left out)."""
+    """{address: worker name} from the clusters given (None left out), the
+    later ones first: the file being applied names its workers."""
     return {w.address: w.name for c in clusters if c is not None for w in c.workers.values()}
 
 
-def _shown(addresses, names):
-    return ", ".join(names.get(a, str(a)) for a in addresses)
+def _shown(keys, names):
+    return ", ".join(names.get(address, str(address)) for address, _port in keys)
 
 
 def _drifted(svc, listed, names):
@@ -88,39 +174,3 @@ def _drifted(svc, listed, names):
             "restart or reboot of this balancer would fill another mh table than the other "
             "balancers', and flows the router moves between them could reach another worker; "
             "`lbctl doctor --all` shows whether the balancers differ, and how to rebuild")
-
-
-def _refusal(cluster, svc, listed, old):
-    """The Diagnostic naming the first worker the file places where a reload
-    would not, at its place in the file."""
-    from lbctl.config.places import worker_diagnostic
-
-    names = _names(cluster)
-    held = set(listed)
-    kept = [rs for rs in svc.real_servers if rs.address in held]
-    new = [rs for rs in svc.real_servers if rs.address not in held]
-    ordered = [a for a in reversed(listed) if a in {rs.address for rs in kept}]
-    last_kept = kept[-1] if kept else None
-    first_new_early = next((rs for rs in new if last_kept is not None
-                            and svc.real_servers.index(rs) < svc.real_servers.index(last_kept)),
-                           None)
-    tail = ("in mode ecmp keepalived adds a new worker at the head of the kernel's list on a "
-            "reload, but a restart lists them in the file's order, and the balancers' mh "
-            "tables would differ")
-    if first_new_early is not None:
-        message = (f"services.{svc.name}: worker {first_new_early.worker} is new to this "
-                   f"balancer's table and stands before {last_kept.worker}, which the table "
-                   f"has: {tail}; add new workers after the others (here after "
-                   f"{last_kept.worker})")
-        return worker_diagnostic(cluster, svc.name, first_new_early.worker, message)
-    moved = next(rs for rs, address in zip(kept, ordered) if rs.address != address)
-    left = [rs.worker for rs in kept if rs.address not in {r.address for r in old.real_servers}]
-    back = (f"; {', '.join(left)} left the service but is still in its table, where it "
-            "stays while it has connections: add it back at its old place, or after an "
-            "apply without it has dropped it" if left else "")
-    message = (f"services.{svc.name}: worker {moved.worker} is not where this balancer's "
-               f"table has it: keep the workers the table has in its order, "
-               f"{_shown(ordered, names)} (the head of the kernel's list last), and add new "
-               f"ones after them; a reordered list reaches the kernel only at a restart, and "
-               f"the balancers' mh tables would differ{back}")
-    return worker_diagnostic(cluster, svc.name, moved.worker, message)
