@@ -355,7 +355,11 @@ def test_an_ecmp_bgp_change_rolled_out_keeps_a_route_at_the_router(lab, fleet):
             sampler.join()
         assert done.returncode == 0, done.stdout + done.stderr
         assert "waiting for lb1 to offer the router its VIPs again" in done.stderr, done.stderr
-        assert order_of(done.stdout)[3:] == ["lb1", "lb2"], done.stdout
+        # Every node's plan first (mode ecmp plans all before any changes,
+        # with --yes too), then the workers, then one balancer at a time.
+        shown = order_of(done.stdout)
+        assert sorted(shown[:5]) == sorted(["lb1", "lb2", *WORKERS]), done.stdout
+        assert shown[5 + 3:] == ["lb1", "lb2"], done.stdout
         # Each session did restart (the hold time is negotiated at the open).
         for node in ("lb1", "lb2"):
             conf = open(lab.path(node, "bird_conf")).read()

@@ -83,12 +83,12 @@ def pi1_plans(nodes, monkeypatch, returncode, stderr):
     monkeypatch.setattr(cluster_plan, "run_on_each", answers)
 
 
-def apply_all(tmp_path, monkeypatch, answer=None, yes=False, remove=False):
+def apply_all(tmp_path, monkeypatch, answer=None, yes=False, remove=False, text=PAIR):
     """Run apply --all; `answer`: what the person types (None: no terminal)."""
     from lbctl.commands import cluster_apply
 
     path = tmp_path / "pair.yaml"
-    path.write_text(PAIR)
+    path.write_text(text)
     out = Terminal() if answer is not None else io.StringIO()
     monkeypatch.setattr("sys.stdin", io.StringIO() if answer is None else Terminal(answer))
     args = SimpleNamespace(file=str(path), node=None, ssh_config=None, remove=remove,
@@ -134,6 +134,38 @@ def test_with_yes_nothing_is_asked(tmp_path, monkeypatch, fleet):
     assert status == 0, text
     assert "[y/N]" not in text and ("pi1", "plan") not in nodes.calls
     assert nodes.applied() == ["pi1", "lb2", "lb1"]
+
+
+def test_in_mode_ecmp_with_yes_every_node_plans_before_any_changes(tmp_path, monkeypatch,
+                                                                  fleet):
+    """A balancer that refuses the file (a worker its mh table cannot take
+    there) stops apply --all --yes before the other balancers have changed:
+    else their tables would differ until it was mended."""
+    from lbctl.commands import cluster_apply, cluster_plan
+    from helpers import PI_ECMP
+
+    nodes = fleet()
+    monkeypatch.setattr(cluster_apply, "bgp_offers", lambda *a: {})
+
+    def lb3_refuses(targets_, args_for, stdin_text, ssh_config=None, **kw):
+        found = nodes.run_on_each(targets_, args_for, stdin_text, ssh_config)
+        if "lb3" in found and args_for(targets_[0])[0] == "plan":
+            found["lb3"] = Outcome(found["lb3"].target, 1, "",
+                                   "cluster.yaml:13:3: services.web: worker pi9 is new\n")
+        return found
+    monkeypatch.setattr(cluster_plan, "run_on_each", lb3_refuses)
+    status, text = apply_all(tmp_path, monkeypatch, yes=True, text=PI_ECMP)
+    assert status == 1 and nodes.applied() == []
+    assert "[y/N]" not in text
+    assert "worker pi9 is new" in text
+    assert text.endswith("could not plan on lb3; nothing was changed "
+                         "(to go on without it: --node lb1,lb2,pi1,pi2)\n"), text
+    monkeypatch.setattr(cluster_plan, "run_on_each", nodes.run_on_each)
+    nodes.calls.clear()
+    status, text = apply_all(tmp_path, monkeypatch, yes=True, text=PI_ECMP)
+    assert status == 0, text
+    assert [what for _, what in nodes.calls] == ["plan"] * 5 + ["apply"] * 5
+    assert "[y/N]" not in text
 
 
 def test_nothing_planned_asks_nothing_and_applies_to_check_the_nodes(tmp_path, monkeypatch,

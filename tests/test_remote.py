@@ -634,7 +634,7 @@ def test_apply_all_in_mode_ecmp_stops_when_a_balancer_does_not_serve_again(monke
     import io
     from types import SimpleNamespace
 
-    from lbctl.commands import cluster_apply
+    from lbctl.commands import cluster_apply, cluster_plan
     from lbctl.remote import fleet
 
     path = tmp_path / "ecmp.yaml"
@@ -656,10 +656,12 @@ def test_apply_all_in_mode_ecmp_stops_when_a_balancer_does_not_serve_again(monke
             elif argv[0] == "status":
                 asked.append(t.node)
                 found[t.node] = Outcome(t, 0, _bgp_json(sessions[t.node], vips), "")
-            else:  # --version, before any change
-                found[t.node] = Outcome(t, 0, f"lbctl {__version__}\n", "")
+            else:  # the plans every node shows before any change, with --yes too
+                assert argv[0] == "plan", argv
+                found[t.node] = Outcome(t, 2, f"{t.role} {t.node}: 1 change\n", "")
         return found
     monkeypatch.setattr(cluster_apply, "run_on_each", on_each)
+    monkeypatch.setattr(cluster_plan, "run_on_each", on_each)
     monkeypatch.setattr(fleet, "run_on_each", on_each)
     monkeypatch.setattr(cluster_apply, "ECMP_SETTLE_TIMEOUT", 0.3)
     monkeypatch.setattr(cluster_apply, "ECMP_SETTLE_POLL", 0.05)

@@ -28,13 +28,17 @@ def run(args, out):
     require_a_way_to_ask("apply --all" + (" --remove" if args.remove else ""), args.yes,
                          out=out)
     agreed = {}  # name: the fingerprint of the plan shown and agreed to
-    if args.yes:
+    # Mode ecmp plans every node first, with --yes too: a balancer that
+    # refuses the file (a worker order its mh table cannot take) would stop
+    # the rollout after the balancers before it had changed, and their
+    # tables would differ.
+    if args.yes and (cluster.mode != Mode.ECMP or args.remove):
         if not _same_lbctl_everywhere(selected, args.ssh_config, out):
             return 1
     else:
         # The plans shown before the question run with --expect-version too:
         # they are the check, and a node pays for one lbctl start less.
-        declined, agreed = _show_and_ask(args, cluster, selected, out)
+        declined, agreed = _show_and_ask(args, cluster, selected, out, question=not args.yes)
         if declined is not None:
             return declined
     serving = {}
@@ -85,9 +89,10 @@ def _roll_out(args, cluster, selected, stages, out, serving=None, agreed=None):
     return 0
 
 
-def _show_and_ask(args, cluster, selected, out):
-    """Each node's plan, then the question: (None to go ahead, else the exit
-    status to stop with, nothing changed; {name: fingerprint of the plan shown})."""
+def _show_and_ask(args, cluster, selected, out, question=True):
+    """Each node's plan, then the question (unless not `question`): (None
+    to go ahead, else the exit status to stop with, nothing changed; {name:
+    fingerprint of the plan shown})."""
     pending, failed, fingerprints, wrong = plan_each(cluster, selected, args, out,
                                                      fingerprints=True)
     unsure = [t for t in selected if t.node in failed and t.node not in wrong]
@@ -104,6 +109,8 @@ def _show_and_ask(args, cluster, selected, out):
                   + (f" (to go on without {'it' if len(failed) == 1 else 'them'}: "
                      f"--node {','.join(planned)})" if planned else "") + "\n")
         return 1, {}
+    if not question:
+        return None, fingerprints
     if not pending:
         # Nothing to ask about; apply still checks what runs on each node
         # (keepalived's table against its config), as with --yes.
