@@ -391,20 +391,38 @@ def test_doctor_all_finds_ecmp_balancers_whose_table_orders_differ(monkeypatch, 
                                                   json=True), out)
         return code, json.loads(out.getvalue())["findings"]
 
+    from lbctl.status.model import table_parts
+
     web = "tcp 10.200.0.10:80"
-    tables.update(lb1={web: "aaaa1111"}, lb2={web: "aaaa1111"}, lb3={web: "aaaa1111"})
+    listed = [("192.168.100.4:80", 1), ("192.168.100.3:80", 1)]
+    alike = table_parts(listed, ["mh-port"])
+    tables.update(lb1={web: alike}, lb2={web: alike}, lb3={web: alike})
     assert run() == (0, [])
-    tables["lb2"] = {web: "bbbb2222"}
+    # lb2 lists them in another order: a restart of its keepalived mends it.
+    tables["lb2"] = {web: table_parts(listed[::-1], ["mh-port"])}
     code, (found,) = run()
     assert code == 1
     assert (found["node"], found["check"]) == ("lb1, lb2, lb3", "table-differs")
-    assert found["evidence"] == "table digests: lb1 aaaa1111, lb2 bbbb2222, lb3 aaaa1111"
+    assert found["evidence"] == (f"order digests: lb1 {alike['order']}, "
+                                 f"lb2 {tables['lb2'][web]['order']}, lb3 {alike['order']}")
+    assert "in another order" in found["problem"]
+    assert "`sudo lbctl apply FILE` first" in found["fix"]
     assert "lbctl drain-balancer NAME" in found["fix"]
     assert "`sudo systemctl restart lbctl-pi-web-keepalived`" in found["fix"]
     # Not apply --remove: it would wipe the balancer's drain records.
     assert "--remove" not in found["fix"]
+    # The same order, pi2 drained on lb2 alone: no restart mends that.
+    tables["lb2"] = {web: table_parts([("192.168.100.4:80", 0), listed[1]], ["mh-port"])}
+    assert tables["lb2"][web]["order"] == alike["order"]
+    code, (found,) = run()
+    assert code == 1
+    assert found["evidence"].startswith("weights digests: lb1 ")
+    assert "alike but with other weights" in found["problem"]
+    assert "restart" not in found["fix"] and "lbctl status FILE --all" in found["fix"]
     # A node's odd answer is no crash, and no finding.
     tables["lb2"] = {web: 7}
+    assert run() == (0, [])
+    tables["lb2"] = {web: {"order": 7}}
     assert run() == (0, [])
 
 

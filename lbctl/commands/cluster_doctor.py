@@ -27,7 +27,7 @@ def run(args, out):
                              *([] if t.node == asker else ["--no-wire"])],
         cluster.text, args.ssh_config, timeout=DOCTOR_TIMEOUT, share=False)
     findings, not_run, unchecked = [], [], []
-    tables = {}  # {balancer: {service label: table digest}}
+    tables = {}  # {balancer: {service label: {"order": digest, "weights": digest}}}
     for node, outcome in outcomes.items():
         report, problem = _report(outcome)
         if problem is not None:

@@ -56,18 +56,19 @@ def run(args, out):
 
 
 def _table_digests(cluster, here, facts):
-    """An ECMP balancer's {service label: table digest} of its mh and sh
-    services, for doctor --all to compare between balancers; else None."""
+    """An ECMP balancer's {service label: {"order": digest, "weights":
+    digest}} of its mh and sh services, for doctor --all to compare between
+    balancers; else None."""
     from lbctl.config.model import Mode
 
     if here not in cluster.balancers or cluster.mode != Mode.ECMP or not facts.ipvs_loaded:
         return None
     from lbctl.adapters.ipvs import IpvsNetlink
     from lbctl.config.model import TABLE_SCHEDULERS
-    from lbctl.status.model import table_digest
+    from lbctl.status.model import table_parts
 
-    return {svc.label: table_digest(((f"{d.address}:{d.port}", d.weight) for d in svc.dests),
-                                    svc.flags)
+    return {svc.label: table_parts(((f"{d.address}:{d.port}", d.weight) for d in svc.dests),
+                                   svc.flags)
             for svc in IpvsNetlink(load_module=False).dump()
             if svc.scheduler in TABLE_SCHEDULERS}
 

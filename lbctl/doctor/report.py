@@ -35,30 +35,49 @@ def merge(findings):
 
 def table_findings(cluster_name, tables):
     """Findings for the services the ECMP balancers fill their mh or sh
-    tables for differently ({balancer: {service label: table digest}})."""
+    tables for differently ({balancer: {service label: {"order": digest,
+    "weights": digest}}}, as each node's JSON tells it)."""
     by_service = {}
     for node, digests in tables.items():
-        for label, digest in digests.items():
-            if isinstance(label, str) and isinstance(digest, str):  # a node's JSON
-                by_service.setdefault(label, {})[node] = digest
+        for label, parts in digests.items():
+            if isinstance(label, str) and isinstance(parts, dict) and \
+                    all(isinstance(parts.get(p), str) for p in ("order", "weights")):
+                by_service.setdefault(label, {})[node] = parts
     found = []
     for label, by_node in sorted(by_service.items()):
-        if len(set(by_node.values())) < 2:
-            continue
-        found.append(Finding(
-            ", ".join(sorted(by_node)), "table-differs",
-            f"the balancers fill the table of {label} differently (its real servers' order "
-            "in the kernel's list, their weights or the scheduler's flags): a flow the "
-            "router moves between them may reach another worker",
-            "table digests: " + ", ".join(f"{n} {d}" for n, d in sorted(by_node.items())),
-            "on each balancer whose `lbctl plan` warns that its kernel lists a service's "
-            "real servers otherwise than a start would, one at a time: `sudo lbctl "
-            f"drain-balancer NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, "
-            "and `sudo lbctl undrain-balancer NAME` once `lbctl status` shows its workers up "
-            "(a start lists them in the file's order; undrain drained workers first, as a "
-            "worker at weight 0 when keepalived starts gets no slots).  Flows the router "
-            "moves while the balancers still differ may reach another worker"))
+        for part in ("order", "weights"):
+            digests = {node: parts[part] for node, parts in by_node.items()}
+            if len(set(digests.values())) > 1:
+                found.append(_table_differs(cluster_name, label, part, digests))
+                break  # a rebuilt order sets the weights again too
     return found
+
+
+def _table_differs(cluster_name, label, part, digests):
+    evidence = f"{part} digests: " + ", ".join(f"{n} {d}" for n, d in sorted(digests.items()))
+    if part == "order":
+        return Finding(
+            ", ".join(sorted(digests)), "table-differs",
+            f"the balancers list the real servers of {label} in another order in the kernel, "
+            "and fill their tables differently: a flow the router moves between them may "
+            "reach another worker", evidence,
+            "on each balancer whose `lbctl plan FILE` warns that its kernel lists a "
+            "service's real servers otherwise than a start would, one at a time: `sudo lbctl "
+            "apply FILE` first (an older lbctl wrote keepalived's config in the kernel's "
+            "order, and a restart reads the config on disk), then `sudo lbctl drain-balancer "
+            f"NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, and `sudo "
+            "lbctl undrain-balancer NAME` once `lbctl status` shows its workers up (a start "
+            "lists them in the file's order).  Flows the router moves while the balancers "
+            "still differ may reach another worker")
+    return Finding(
+        ", ".join(sorted(digests)), "table-differs",
+        f"the balancers list the real servers of {label} alike but with other weights (or "
+        "scheduler flags), and fill their tables differently: a flow the router moves "
+        "between them may reach another worker", evidence,
+        "`lbctl status FILE --all` shows each balancer's weights: a worker drained on one "
+        "balancer only (`lbctl undrain WORKER FILE --all`), one failing the health check "
+        "from one balancer only (its LAN, its firewall), or a balancer that missed an apply "
+        "(`lbctl apply FILE --all`)")
 
 
 def format_text(cluster, where, findings, not_run, unchecked=(), asked=None):

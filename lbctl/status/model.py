@@ -23,6 +23,20 @@ class StatusShapeError(ValueError):
     names the field: `keepalived.web.health[2].since: a str, not a number`."""
 
 
+def table_parts(servers, flags):
+    """An mh or sh table's digests, {"order": ..., "weights": ...}, told
+    apart because they are mended apart: the real servers' addresses in the
+    kernel's list order, and each one's weight with the scheduler's flags.
+    `servers`: ("ADDRESS:PORT", weight) each, in the kernel's list order."""
+    servers = list(servers)
+
+    def digest(text):
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+    return {"order": digest(" ".join(address for address, _weight in servers)),
+            "weights": digest(" ".join(sorted(f"{a}/{w}" for a, w in servers))
+                              + f" | {','.join(sorted(flags))}")}
+
+
 def table_digest(servers, flags):
     """What an mh or sh table is filled from, as 8 hex digits: the real
     servers (("ADDRESS:PORT", weight) each) in the kernel's list order, and
