@@ -151,13 +151,14 @@ def test_in_mode_ecmp_with_yes_every_node_plans_before_any_changes(tmp_path, mon
         found = nodes.run_on_each(targets_, args_for, stdin_text, ssh_config)
         if "lb3" in found and args_for(targets_[0])[0] == "plan":
             found["lb3"] = Outcome(found["lb3"].target, 1, "",
-                                   "cluster.yaml:13:3: services.web: worker pi9 is new\n")
+                                   "<stdin>:13:3: services.web: worker pi9 is new\n")
         return found
     monkeypatch.setattr(cluster_plan, "run_on_each", lb3_refuses)
     status, text = apply_all(tmp_path, monkeypatch, yes=True, text=PI_ECMP)
     assert status == 1 and nodes.applied() == []
     assert "[y/N]" not in text
-    assert "worker pi9 is new" in text
+    # The node read the file from standard input: its error names the operator's file.
+    assert f"   {tmp_path / 'pair.yaml'}:13:3: services.web: worker pi9 is new" in text, text
     assert text.endswith("could not plan on lb3; nothing was changed "
                          "(to go on without it: --node lb1,lb2,pi1,pi2)\n"), text
     monkeypatch.setattr(cluster_plan, "run_on_each", nodes.run_on_each)

@@ -197,7 +197,7 @@ def _stage(args, cluster, label, stage, flags, done, out, total=None, agreed=Non
     progress(f"{count}{'removing from' if args.remove else 'applying on'} {label} "
              f"{', '.join(t.node for t in stage)} ...")
     outcomes = run_on_each(stage, argv, cluster.text, args.ssh_config)
-    failed = show_outcomes(stage, outcomes, out)
+    failed = show_outcomes(stage, outcomes, out, cluster.source)
     held_back, draining = [], set()
     for target in stage:
         outcome = outcomes[target.node]

@@ -45,7 +45,7 @@ def _accepted_everywhere(cluster, balancers, worker, service, ssh_config, out):
                                                  "--check", *flags], cluster.text, ssh_config)
     refused = [t for t in balancers if outcomes[t.node].returncode != 0]
     for target in refused:
-        out.write(node_block(outcomes[target.node], "REFUSED") + "\n")
+        out.write(node_block(outcomes[target.node], "REFUSED", cluster.source) + "\n")
     if refused:
         out.write(f"stopped before any change: {', '.join(t.node for t in refused)} refused "
                   f"to drain {worker}; no balancer was changed\n")
@@ -60,7 +60,7 @@ def on_balancers(cluster, balancers, command, worker, service, ssh_config, out, 
     progress(f"{command} {worker} on {', '.join(t.node for t in balancers)} ...")
     outcomes = run_on_each(balancers, lambda t: [command, worker, "-", "--node", t.node,
                                                  *flags], cluster.text, ssh_config)
-    failed = show_outcomes(balancers, outcomes, out)
+    failed = show_outcomes(balancers, outcomes, out, cluster.source)
     if failed:
         done = [t.node for t in balancers if t.node not in failed]
         out.write(f"stopped: {command} {worker} failed on {', '.join(failed)}; done on "

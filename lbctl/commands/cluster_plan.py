@@ -40,7 +40,8 @@ def plan_each(cluster, selected, args, out, fingerprints=False, share=True):
             failed.append(target.node)
         elif outcome.returncode == EXIT_CHANGES:
             pending.append(target.node)
-        out.write(node_block(outcome, "FAILED" if target.node in failed else None) + "\n")
+        out.write(node_block(outcome, "FAILED" if target.node in failed else None,
+                             cluster.source) + "\n")
         for line in outcome.stderr.splitlines():
             if line.startswith(FINGERPRINT_MARK + ": "):
                 found[target.node] = line.partition(": ")[2].strip()

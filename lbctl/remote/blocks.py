@@ -2,6 +2,7 @@
 
 import sys
 
+from lbctl.config.source import STDIN_NAME
 from lbctl.errors import EXIT_CHANGES
 
 
@@ -9,8 +10,10 @@ def progress(text):
     print(f"lbctl: {text}", file=sys.stderr, flush=True)
 
 
-def node_block(outcome, verdict=None):
-    """`== node (role, host) SECONDS[: verdict]`, then what lbctl said there, indented."""
+def node_block(outcome, verdict=None, source=None):
+    """`== node (role, host) SECONDS[: verdict]`, then what lbctl said there,
+    indented.  `source`: the name of the file sent as standard input, which
+    stands for "<stdin>" in the node's errors (file:line:col)."""
     t = outcome.target
     problem = outcome.problem()
     head = f"== {t.node} ({t.role}, {t.host})"
@@ -20,16 +23,18 @@ def node_block(outcome, verdict=None):
     if outcome.returncode not in (0, EXIT_CHANGES):  # else its stderr is only progress
         body += outcome.stderr.rstrip().splitlines()
     head += f" {outcome.seconds:.1f}s" + (f": {verdict}" if verdict else "")
+    if source:
+        body = [line.replace(f"{STDIN_NAME}:", f"{source}:") for line in body]
     return "\n".join([head] + [f"   {line}" for line in body])
 
 
-def show_outcomes(targets, outcomes, out):
+def show_outcomes(targets, outcomes, out, source=None):
     """Print each node's block, marked ok or FAILED; the names that failed."""
     failed = []
     for target in targets:
         outcome = outcomes[target.node]
         ok = outcome.returncode == 0 and outcome.problem() is None
-        out.write(node_block(outcome, "ok" if ok else "FAILED") + "\n")
+        out.write(node_block(outcome, "ok" if ok else "FAILED", source) + "\n")
         if not ok:
             failed.append(target.node)
     out.flush()
