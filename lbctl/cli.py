@@ -183,6 +183,22 @@ def build_parser():
                    help="start without asking (on a terminal, rollout shows its batches and "
                    "asks first; without one it needs --yes)")
 
+    for name, text in (
+            ("install", "put this lbctl on the nodes over SSH: the packages each role needs, "
+             "a venv in /opt/lbctl and the lbctl command; again to upgrade"),
+            ("uninstall", "take lbctl off the nodes over SSH, after `apply --remove --all`")):
+        p = sub.add_parser(name, parents=[common], help=text)
+        p.add_argument("file", help="the cluster file: its nodes, their roles, how to reach them")
+        p.add_argument("--node", help="the nodes to run on: NAME[,NAME...] (default: all)")
+        _remote_flags(p)
+        if name == "install":
+            p.add_argument("--wheel", metavar="FILE",
+                           help="lbctl's wheel (default: the one this lbctl was installed "
+                           "from, or one built from its checkout)")
+            p.add_argument("--wheels", metavar="DIR",
+                           help="the dependencies' wheels, for nodes without Internet access "
+                           "(pip download -d DIR lbctl-VERSION-py3-none-any.whl)")
+
     p = sub.add_parser("exporter", parents=[common],
                        help="serve this balancer's health, drains, weights, VRRP role, sync "
                        "and drift as Prometheus metrics")
@@ -227,10 +243,14 @@ COMMANDS = {"validate": "validate", "plan": "plan", "apply": "apply", "status": 
             "drain": "drain", "undrain": "drain", "rollout": "rollout",
             "drain-balancer": "drain_balancer", "undrain-balancer": "drain_balancer",
             "exporter": "exporter", "doctor": "doctor", "lab": "lab",
-            "completion": "completion", "manpage": "completion"}
+            "completion": "completion", "manpage": "completion", "install": "install",
+            "uninstall": "install"}
 
 
 def _check_arguments(parser, args):
+    if args.command in ("install", "uninstall") and not args.all:
+        parser.error(f"{args.command} works on the nodes over SSH, from the machine that "
+                     f"drives the cluster: lbctl {args.command} FILE --all")
     if getattr(args, "all", False):
         if args.file in (None, "-"):
             parser.error(f"{args.command} --all needs the cluster file by its path")

@@ -28,6 +28,10 @@ DRAIN_DIR = f"{VAR_DIR}/drained"
 UNIT_DIR = "/etc/systemd/system"
 WANTS_DIR = f"{UNIT_DIR}/multi-user.target.wants"
 SYSCTL_DIR = "/etc/sysctl.d"
+# Where `lbctl install --all` puts lbctl on a node: a venv at a fixed path
+# (the boot units name its Python), and the command on root's PATH.
+INSTALL_VENV = "/opt/lbctl"
+INSTALL_LINK = "/usr/local/sbin/lbctl"
 
 # keepalived's hooks, installed into each cluster's folder under ETC_DIR.
 CHECK_SCRIPT = "lbctl-check"

@@ -253,7 +253,7 @@ def test_a_node_with_another_lbctl_is_named_before_any_change(lab, fleet, pair_f
         assert applied.returncode == 1, applied.stdout + applied.stderr
         assert "== pi2 (worker, 192.168.100.4): this node runs lbctl 0.1.9, not " \
             f"{__version__}; --all runs {__version__}" in applied.stdout, applied.stdout
-        assert "pip install --upgrade" in applied.stdout
+        assert "lbctl install FILE --all --node NAME" in applied.stdout
         assert f"stopped before any change: pi2 must run lbctl {__version__} first" \
             in applied.stdout
         # Nothing changed anywhere: not on the nodes before pi2 in the rollout either.

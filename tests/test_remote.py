@@ -129,7 +129,7 @@ def test_a_node_s_failure_is_told_in_words_a_person_can_act_on():
     assert Outcome(t, 1, "", "lbctl: apply: ...\n  modprobe: command not found").problem() is None
     other = Outcome(t, 3, "", "lbctl: this node runs lbctl 0.1.0, not 0.2.0\n").problem()
     assert other.startswith(f"this node runs lbctl 0.1.0, not 0.2.0; --all runs {__version__} and")
-    assert "/opt/lbctl/bin/pip install --upgrade" in other
+    assert "lbctl install FILE --all --node NAME" in other
     older = Outcome(t, 2, "", "lbctl: error: unrecognized arguments: --expect-version 0.2.0")
     assert older.problem().startswith("this node runs an lbctl older than 0.2; --all runs")
     assert Outcome(t, 1, "", "lbctl: apply: failed").problem() is None  # lbctl's own error
@@ -229,7 +229,7 @@ def test_apply_all_names_a_node_with_another_lbctl_before_any_node_changes(monke
     assert status == 1
     assert set(asked) == {("--version",)}  # only the check ran
     assert "== pi2 (worker, 192.168.100.4): this node runs lbctl 0.1.9, not" in text
-    assert "/opt/lbctl/bin/pip install --upgrade" in text
+    assert "lbctl install FILE --all --node NAME" in text
     assert text.endswith(f"stopped before any change: pi2 must run lbctl {__version__} first; "
                          "not touched: lb1, lb2, pi1, pi2\n"), text
 

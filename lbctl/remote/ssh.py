@@ -20,8 +20,8 @@ CONNECT_TIMEOUT = 10  # seconds for ssh to reach a node
 SSH_FAILED = 255  # ssh's own exit status when it could not connect or log in
 NOT_FOUND = 127  # the node's shell found no lbctl
 TIMED_OUT = -1  # lbctl there did not finish in time: its state is not known
-INSTALL_HINT = ("install it on the node as the README's \"Install on a node\" says: "
-                "sudo /opt/lbctl/bin/pip install --upgrade lbctl-VERSION-py3-none-any.whl")
+INSTALL_HINT = ("put this lbctl there from here: lbctl install FILE --all --node NAME "
+                "(or on the node, as the README's \"Install on a node\" says)")
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,13 @@ def ssh_argv(target, lbctl_args, ssh_config=None, share=True):
     `share`: through this lbctl's one connection to the node
     (connections.py); a command that reaches each node once passes False,
     since a master it starts and then stops costs more than it saves."""
+    return program_argv(target, ["lbctl", "--expect-version", __version__, *lbctl_args],
+                        ssh_config, share)
+
+
+def program_argv(target, program, ssh_config=None, share=True):
+    """ssh's argv to run `program` (argv, each word quoted) on the node, as
+    root: through sudo where the file says so."""
     argv = ["ssh", "-T", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT}",
             # A node that vanishes mid-command (power, cable) is noticed in a minute.
             "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
@@ -113,7 +120,7 @@ def ssh_argv(target, lbctl_args, ssh_config=None, share=True):
         argv += ["-l", target.user]
     if target.port:
         argv += ["-p", str(target.port)]
-    command = shlex.join(["lbctl", "--expect-version", __version__, *lbctl_args])
+    command = shlex.join(program)
     if target.sudo:
         # A login that is root already (from ~/.ssh/config) needs no sudo, and
         # may have none installed.
@@ -126,20 +133,35 @@ def run_on(target, lbctl_args, stdin_text="", ssh_config=None, timeout=600, show
            share=True):
     """`show_stderr`: the node's progress goes straight to this terminal as it
     comes (drain --wait), and Outcome.stderr stays empty."""
+    return _ssh(target, ssh_argv(target, lbctl_args, ssh_config, share), stdin_text, timeout,
+                show_stderr)
+
+
+def run_program_on(target, program, payload=b"", ssh_config=None, timeout=600):
+    """Run `program` (an argv, not lbctl) on the node as root, with the
+    bytes `payload` on its standard input: lbctl install --all."""
+    return _ssh(target, program_argv(target, program, ssh_config, share=False), payload,
+                timeout)
+
+
+def _ssh(target, argv, stdin, timeout, show_stderr=False):
+    """`stdin`: text, or bytes (then the node's output is read as UTF-8 too)."""
     started = time.monotonic()
+    as_text = isinstance(stdin, str)
     try:
-        done = subprocess.run(ssh_argv(target, lbctl_args, ssh_config, share), input=stdin_text,
-                              stdout=subprocess.PIPE,
-                              stderr=None if show_stderr else subprocess.PIPE,
-                              text=True, timeout=timeout)
+        done = subprocess.run(argv, input=stdin, stdout=subprocess.PIPE,
+                              stderr=None if show_stderr else subprocess.PIPE, text=as_text,
+                              timeout=timeout)
     except subprocess.TimeoutExpired:
         return Outcome(target, TIMED_OUT, "", "", timeout)
     except FileNotFoundError:
         from lbctl.errors import LbctlError
 
         raise LbctlError("--all needs the OpenSSH client: apt install openssh-client") from None
-    return Outcome(target, done.returncode, done.stdout, done.stderr or "",
-                   time.monotonic() - started)
+    stdout, stderr = done.stdout, done.stderr or ("" if as_text else b"")
+    if not as_text:
+        stdout, stderr = stdout.decode(errors="replace"), stderr.decode(errors="replace")
+    return Outcome(target, done.returncode, stdout, stderr, time.monotonic() - started)
 
 
 def run_on_each(targets_, lbctl_args_for, stdin_text, ssh_config=None, max_parallel=8,

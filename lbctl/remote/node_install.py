@@ -1,0 +1,257 @@
+"""What `lbctl install --all` and `uninstall --all` run on each node.
+
+The node has no lbctl yet (or another version), so this runs with the
+system's python3 and the standard library alone: `python3 -c` with this
+file's text, the paths and package names as arguments, and lbctl's wheel
+(with the dependencies' wheels, for an offline node) as a tar stream on
+standard input.  Nothing here goes through a shell.  It prints one line per
+step, and a last line `result: changed` or `result: unchanged`.
+
+Below $LBCTL_ROOT where that is set (a lab node's own tree), as lbctl is.
+"""
+
+import argparse
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+WHEEL = re.compile(r"lbctl-([0-9][A-Za-z0-9.+]*)-py3-none-any\.whl")
+# Wheels and source archives pip can install from (--wheels DIR).
+DEPENDENCY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.(whl|tar\.gz|zip)")
+SYSTEM_UID_MAX = 999
+
+
+class Refused(Exception):
+    pass
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(prog="lbctl install (on the node)")
+    parser.add_argument("action", choices=("install", "uninstall"))
+    parser.add_argument("--venv", required=True)
+    parser.add_argument("--link", required=True)
+    parser.add_argument("--packages", nargs="*", default=[])
+    parser.add_argument("--state", default=None, help="lbctl's records; uninstall waits for them")
+    parser.add_argument("--user", default=None, help="the system user apply made, if any")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        raise Refused("needs root: log in as root, or as a user with passwordless sudo "
+                      "(`ssh: {sudo: true}` in the file)")
+    root = os.environ.get("LBCTL_ROOT") or "/"
+    venv, link = below(root, args.venv), below(root, args.link)
+    changed = (install if args.action == "install" else uninstall)(args, root, venv, link)
+    print(f"result: {'changed' if changed else 'unchanged'}")
+
+
+def below(root, path):
+    return os.path.join(root, path.lstrip("/"))
+
+
+def install(args, root, venv, link):
+    with tempfile.TemporaryDirectory(prefix="lbctl-install-") as received:
+        wheel, wheels = unpack(sys.stdin.buffer, received)
+        version = WHEEL.fullmatch(os.path.basename(wheel))[1]
+        changed = install_packages(args.packages)
+        python = os.path.join(venv, "bin", "python")
+        if not os.path.exists(python):
+            run([sys.executable, "-m", "venv", venv])
+            say(f"venv {args.venv}: created")
+            changed = True
+        changed |= install_wheel(python, venv, wheel, version, wheels)
+        changed |= make_link(os.path.join(venv, "bin", "lbctl"), link, args.link)
+    return changed
+
+
+def unpack(stream, into):
+    """The wheel's path and the dependencies' folder (None without one), from
+    the tar stream: plain files with plain names only, written by this
+    process into its private folder, never extracted by name."""
+    wheel, wheels = None, None
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        for member in archive:
+            folder, _, name = member.name.rpartition("/")
+            if not member.isfile() or folder not in ("", "wheels"):
+                raise Refused(f"unexpected entry in the payload: {member.name!r}")
+            if folder == "" and WHEEL.fullmatch(name) and wheel is None:
+                wheel = os.path.join(into, name)
+                target = wheel
+            elif folder == "wheels" and DEPENDENCY.fullmatch(name):
+                wheels = os.path.join(into, "wheels")
+                os.makedirs(wheels, exist_ok=True)
+                target = os.path.join(wheels, name)
+            else:
+                raise Refused(f"unexpected entry in the payload: {member.name!r}")
+            with archive.extractfile(member) as source, open(target, "xb") as out:
+                shutil.copyfileobj(source, out)
+    if wheel is None:
+        raise Refused("the payload holds no lbctl wheel")
+    return wheel, wheels
+
+
+def install_packages(packages):
+    if packages and shutil.which("dpkg-query") is None:
+        say(f"packages: not checked, no dpkg here (not Debian or Raspberry Pi OS): see that "
+            f"{' '.join(packages)} or their like are installed")
+        return False
+    missing = [p for p in packages if not package_installed(p)]
+    if not missing:
+        if packages:
+            say(f"packages: {' '.join(packages)} present")
+        return False
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        # A fresh image's package lists may be missing or stale: once more after an update.
+        run(["apt-get", "update", "-q"], env=env)
+        run(command, env=env)
+    say(f"packages: installed {' '.join(missing)}")
+    return True
+
+
+def package_installed(name):
+    done = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True,
+                          text=True)
+    return done.returncode == 0 and done.stdout.endswith(" installed")
+
+
+def install_wheel(python, venv, wheel, version, wheels):
+    """pip installs the wheel unless the same build is installed: its copy
+    is kept in the venv, and the two wheels' RECORDs (each file's digest)
+    compared, since two builds of one checkout differ only in their zip's
+    timestamps."""
+    kept_dir = os.path.join(venv, "share", "lbctl")
+    kept = os.path.join(kept_dir, os.path.basename(wheel))
+    if os.path.exists(kept) and contents(kept) == contents(wheel) and \
+            installed_version(python) == version:
+        say(f"lbctl {version}: installed already")
+        return False
+    before = installed_version(python)
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    if wheels is not None:
+        pip += ["--no-index", "--find-links", wheels]
+    if before == version:
+        pip += ["--force-reinstall", "--no-deps"]  # another build of the same version
+    run([*pip, wheel])
+    os.makedirs(kept_dir, exist_ok=True)
+    for old in os.listdir(kept_dir):
+        if WHEEL.fullmatch(old):
+            os.unlink(os.path.join(kept_dir, old))
+    shutil.copyfile(wheel, kept)
+    say(f"lbctl {version}: " + (f"upgraded from {before}" if before not in (None, version)
+                                else "installed"))
+    return True
+
+
+def installed_version(python):
+    if not os.path.exists(python):
+        return None
+    done = subprocess.run([python, "-c", "import importlib.metadata as m; "
+                           "print(m.version('lbctl'))"], capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def make_link(target, link, shown):
+    if os.path.islink(link) and os.readlink(link) == target:
+        say(f"link {shown}: in place")
+        return False
+    if os.path.lexists(link) and not (os.path.islink(link) and is_ours(os.readlink(link))):
+        raise Refused(f"{shown} exists and is not lbctl's link: left as it is; move it away "
+                      "and run install again")
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    fresh = f"{link}.lbctl-new"
+    ignoring_os_errors(os.unlink, fresh)
+    os.symlink(target, fresh)
+    os.replace(fresh, link)
+    say(f"link {shown}: made")
+    return True
+
+
+def is_ours(target):
+    return target.endswith("/bin/lbctl")
+
+
+def uninstall(args, root, venv, link):
+    records = below(root, args.state) if args.state else None
+    held = sorted(n[:-5] for n in os.listdir(records) if n.endswith(".json")) \
+        if records and os.path.isdir(records) else []
+    if held:
+        raise Refused(f"lbctl still holds cluster {', '.join(held)} here: run `lbctl apply FILE "
+                      "--remove --all` first")
+    changed = False
+    if os.path.islink(link) and is_ours(os.readlink(link)):
+        os.unlink(link)
+        say(f"link {args.link}: removed")
+        changed = True
+    if os.path.isdir(venv):
+        shutil.rmtree(venv)
+        say(f"venv {args.venv}: removed")
+        changed = True
+    if records and os.path.isdir(records):
+        ignoring_os_errors(os.rmdir, records)  # empty once every cluster is removed
+    if args.user and root == "/":  # a lab node shares the host's users
+        changed |= remove_user(args.user)
+    present = [p for p in args.packages
+               if shutil.which("dpkg-query") is not None and package_installed(p)]
+    if present:
+        say(f"left installed: {' '.join(present)} (apt remove them if nothing else needs them)")
+    if not changed:
+        say("lbctl is not installed here")
+    return changed
+
+
+def remove_user(name):
+    try:
+        found = pwd.getpwnam(name)
+    except KeyError:
+        return False
+    if found.pw_uid == 0 or found.pw_uid > SYSTEM_UID_MAX:
+        say(f"user {name}: a login account, left as it is")
+        return False
+    run(["userdel", name])
+    say(f"user {name}: removed")
+    return True
+
+
+def contents(wheel):
+    """The wheel's RECORD: every file it installs, with its digest."""
+    import zipfile  # here: the driver imports this module for its names alone
+
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            record = next(n for n in archive.namelist() if n.endswith(".dist-info/RECORD"))
+            return archive.read(record)
+    except (OSError, StopIteration, zipfile.BadZipFile):
+        return None
+
+
+def ignoring_os_errors(func, path):
+    try:
+        func(path)
+    except (FileNotFoundError, OSError):
+        pass
+
+
+def run(argv, env=None):
+    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        text = (done.stderr or done.stdout).strip().splitlines()
+        raise Refused(f"{' '.join(argv[:4])} ... failed: {text[-1] if text else done.returncode}")
+    return done
+
+
+def say(line):
+    print(line, flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except Refused as exc:
+        print(f"lbctl install: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,176 @@
+"""install --all and uninstall --all (commands/cluster_install.py).
+
+The program each node runs (remote/node_install.py) runs here for real:
+python3 with its text, a venv made and filled by pip from the wheels in the
+payload the driver builds, under a root of its own per node ($LBCTL_ROOT,
+as a lab node has).  Only ssh itself is left out: run_program_on shares its
+ssh command line with every --all command, and the netns suite drives
+those through real sshd.  It needs the package index once, for `pip
+download` of the dependencies' wheels, as tests/test_install.py does.
+"""
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import lbctl
+from helpers import PI_ECMP, PI_SINGLE, cluster_from
+from lbctl.commands import cluster_install
+from lbctl.remote.ssh import Outcome, program_argv, Target
+
+PAIR = PI_SINGLE.replace("  lb1: {address: 192.168.100.2, interface: eth0}\n",
+                         "  lb1: {address: 192.168.100.2, interface: eth0}\n"
+                         "  lb2: {address: 192.168.100.5, interface: eth0}\n")
+
+
+def test_each_role_gets_the_packages_its_mode_needs():
+    single, pair, ecmp = cluster_from(PI_SINGLE), cluster_from(PAIR), cluster_from(PI_ECMP)
+    assert cluster_install.packages_for(single, "worker") == ["python3-venv"]
+    assert cluster_install.packages_for(single, "balancer") == ["python3-venv", "ipvsadm"]
+    assert cluster_install.packages_for(pair, "balancer") == [
+        "python3-venv", "ipvsadm", "keepalived", "nftables"]
+    assert cluster_install.packages_for(ecmp, "balancer") == [
+        "python3-venv", "ipvsadm", "keepalived", "bird2"]
+    assert cluster_install.packages_for(ecmp, "worker") == ["python3-venv"]
+
+
+def test_the_node_program_travels_as_arguments_never_through_a_shell_of_its_own():
+    """ssh hands the node one command line: every word of it quoted, the
+    program's text included, and sudo only where the file asks for it."""
+    import shlex
+
+    cluster = cluster_from(PI_SINGLE)
+    target = Target("pi1", "worker", "192.168.100.3", sudo=True)
+    argv = program_argv(target, cluster_install.node_program(cluster, target, "install"))
+    command = argv[-1]
+    assert command.startswith('if [ "$(id -u)" = 0 ]; then exec python3 -c ')
+    inner = command.split("; then exec ", 1)[1].split("; else exec sudo -n ")[0]
+    words = shlex.split(inner)
+    assert words[:2] == ["python3", "-c"]
+    assert words[2] == Path(cluster_install.node_install.__file__).read_text()
+    assert words[3:] == ["install", "--venv", "/opt/lbctl", "--link", "/usr/local/sbin/lbctl",
+                         "--packages", "python3-venv"]
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    """This checkout's wheel, built as install --all builds it, and its
+    dependencies' wheels fetched once: an offline node's --wheels."""
+    tmp = tmp_path_factory.mktemp("wheels")
+    with cluster_install._wheel(None) as built:
+        wheel = tmp / os.path.basename(built)
+        wheel.write_bytes(Path(built).read_bytes())
+    deps = tmp / "deps"
+    done = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "-d", str(deps),
+                           str(wheel)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (deps / wheel.name).unlink()  # pip download keeps the wheel asked for too
+    return wheel, deps
+
+
+def nodes_here(monkeypatch, tmp_path):
+    """Each node's program run on this machine, as root, below its own root."""
+    ran = []
+
+    def run_program_on(target, program, payload=b"", ssh_config=None, timeout=600):
+        root = tmp_path / target.node
+        root.mkdir(exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        done = subprocess.run(program, input=payload, capture_output=True, timeout=timeout,
+                              env=env | {"LBCTL_ROOT": str(root)})
+        ran.append((target.node, program[3]))
+        return Outcome(target, done.returncode, done.stdout.decode(), done.stderr.decode())
+    monkeypatch.setattr(cluster_install, "run_program_on", run_program_on)
+    return ran
+
+
+def fleet(tmp_path, command, **flags):
+    path = tmp_path / "cluster.yaml"
+    path.write_text(PI_SINGLE.replace("  pi2: {address: 192.168.100.4}\n", "")
+                    .replace("  pi3: {address: 192.168.100.6, weight: 2}\n", "")
+                    .replace("workers: [pi1, pi2]", "workers: [pi1]"))
+    out = io.StringIO()
+    args = SimpleNamespace(**({"command": command, "file": str(path), "node": None,
+                               "ssh_config": None, "wheel": None, "wheels": None} | flags))
+    return cluster_install.run(args, out), out.getvalue()
+
+
+def files_below(root):
+    """Every file and link under a node's root (folders left out)."""
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if p.is_file() or p.is_symlink())
+
+
+def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_path, wheels):
+    if os.geteuid() != 0:
+        pytest.fail("needs root, as install on a node does (CI and ./dev.sh test run as root)")
+    wheel, deps = wheels
+    ran = nodes_here(monkeypatch, tmp_path / "nodes")
+    (tmp_path / "nodes").mkdir()
+    code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
+    assert code == 0, text
+    assert "== lb1 (balancer, 192.168.100.2)" in text and ": changed\n" in text, text
+    assert "venv /opt/lbctl: created" in text and f"lbctl {lbctl.__version__}: installed" in text
+    assert text.endswith("installed on 2 of 2 node(s); changed: lb1, pi1\n"), text
+    for node in ("lb1", "pi1"):
+        link = tmp_path / "nodes" / node / "usr/local/sbin/lbctl"
+        done = subprocess.run([str(link), "--version"], capture_output=True, text=True)
+        assert done.stdout == f"lbctl {lbctl.__version__}\n", done.stderr
+    # Again: the same build is there, and nothing changes.
+    code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
+    assert code == 0, text
+    assert f"lbctl {lbctl.__version__}: installed already" in text
+    assert text.endswith("installed on 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
+    # Not while lbctl still holds a cluster on the node.
+    records = tmp_path / "nodes" / "lb1" / "var/lib/lbctl"
+    records.mkdir(parents=True)
+    (records / "pi-web.json").write_text("{}\n")
+    code, text = fleet(tmp_path, "uninstall")
+    assert code == 1
+    assert "lbctl still holds cluster pi-web here: run `lbctl apply FILE --remove --all` " \
+           "first" in text, text
+    assert text.endswith("taken off 1 of 2 node(s); changed: pi1; FAILED: lb1\n"), text
+    assert (tmp_path / "nodes" / "lb1" / "opt/lbctl/bin/lbctl").exists()
+    (records / "pi-web.json").unlink()
+    code, text = fleet(tmp_path, "uninstall")
+    assert code == 0, text
+    assert "left installed: python3-venv ipvsadm" in text, text
+    for node in ("lb1", "pi1"):
+        assert files_below(tmp_path / "nodes" / node) == [], node
+    code, text = fleet(tmp_path, "uninstall")
+    assert code == 0 and "lbctl is not installed here" in text, text
+    assert text.endswith("taken off 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
+    assert [what for _node, what in ran].count("install") == 4
+
+
+def test_a_payload_entry_with_a_path_of_its_own_is_refused(tmp_path):
+    """The node writes only the files it expects, into its private folder."""
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        data = b"x"
+        info = tarfile.TarInfo("../../etc/cron.d/evil")
+        info.size = len(data)
+        archive.addfile(info, io.BytesIO(data))
+    program = cluster_install.node_program(cluster_from(PI_SINGLE),
+                                           Target("pi1", "worker", "x"), "install")
+    done = subprocess.run(program, input=buffer.getvalue(), capture_output=True,
+                          env=dict(os.environ, LBCTL_ROOT=str(tmp_path)))
+    assert done.returncode == 1
+    assert b"unexpected entry in the payload: '../../etc/cron.d/evil'" in done.stderr
+    assert files_below(tmp_path) == []
+
+
+def test_install_and_uninstall_need_all():
+    from lbctl.cli import main
+
+    for command in ("install", "uninstall"):
+        with pytest.raises(SystemExit) as stopped:
+            main([command, "cluster.yaml"])
+        assert stopped.value.code == 64  # a usage error, before the file is read
