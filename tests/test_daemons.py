@@ -14,7 +14,7 @@ from lbctl.adapters.protocols import Adapters
 from lbctl.engine.desired import (
     BootApply, desired_state, leaving_real_servers, strip_saved_copy_header,
 )
-from lbctl.engine.table_order import check_table_order
+from lbctl.engine.table_order import check_table_order, configured_real_servers
 from lbctl.engine.execute import execute
 from lbctl.layout import Layout
 from lbctl.engine.observe import observe
@@ -47,7 +47,8 @@ class Balancer:
         cluster = cluster_from(text)
         table = self.adapters.ipvs.dump()
         if self.check_order and not remove:
-            self.warnings = check_table_order(cluster, table, self.applied_before)
+            self.warnings = check_table_order(cluster, table, self.applied_before,
+                                              self.configured)
         if remove:
             desired = NodeState("balancer", "lb1", cluster.name)
         else:
@@ -57,6 +58,10 @@ class Balancer:
         owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
         observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
         return make_plan(desired, observed, owned)
+
+    def configured(self):
+        conf = self.adapters.files.read(LAYOUT.conf)
+        return configured_real_servers(conf[0]) if conf else None
 
     def applied_before(self):
         saved = self.adapters.files.read(LAYOUT.saved_copy)

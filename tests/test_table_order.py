@@ -15,6 +15,7 @@ import pytest
 from test_daemons import ECMP, LAYOUT, Balancer, changes, routed
 from lbctl.config.model import DestKey, ServiceKey
 from lbctl.engine.plan import format_plan
+from lbctl.engine.table_order import configured_real_servers
 from lbctl.errors import ConfigError
 from lbctl.state import FWD_DIRECT_ROUTING, ServiceSpec
 
@@ -106,7 +107,7 @@ def test_a_worker_appended_heads_the_list_after_a_reload_as_after_a_restart():
     listed = ["192.168.100.9", "192.168.100.6", "192.168.100.4", "192.168.100.3"]
     assert web_order(node) == listed
     assert node.plan(APPENDED).empty and not node.warnings
-    restart(node)  # a reboot, a crash
+    restart(node)  # a reboot (a crash leaves the kernel's list as it was: no flush)
     assert web_order(node) == listed
     stop(node)  # keepalived deleted its table; apply starts it from the file
     plan = node.plan(APPENDED)
@@ -198,12 +199,14 @@ def test_an_order_an_older_lbctl_left_is_warned_of_not_refused():
         "(head first), not as a start of keepalived would: a restart or reboot of this balancer "
         "would fill another mh table than the other balancers', and flows the router moves "
         "between them could reach another worker; `lbctl doctor --all` shows whether the "
-        "balancers differ, and how to rebuild",
+        "balancers differ, and how to rebuild (where every balancer lists them so, the file's "
+        "workers put in that order mend it with no restart)",
         "service web: this balancer's kernel lists its real servers as pi9, pi3, pi2, pi1 "
         "(head first), not as a start of keepalived would: a restart or reboot of this balancer "
         "would fill another mh table than the other balancers', and flows the router moves "
         "between them could reach another worker; `lbctl doctor --all` shows whether the "
-        "balancers differ, and how to rebuild"]
+        "balancers differ, and how to rebuild (where every balancer lists them so, the file's "
+        "workers put in that order mend it with no restart)"]
     node.apply(MID_LIST.replace(PI3, PI3 + PI8))  # an append still goes
     restart(node)  # the file's order
     assert web_order(node) == ["192.168.100.8", "192.168.100.6", "192.168.100.9",
@@ -332,3 +335,77 @@ def test_the_saved_copy_is_read_from_the_balancers_layout_and_an_unloadable_one_
     assert [w for w in applied.workers] == ["pi1", "pi2", "pi3"]
     saved.write_text("services: [\n")
     assert _applied_here("pi-web", str(tmp_path)) is None
+
+
+def without_saved_copy(node):
+    del node.adapters.files.files[LAYOUT.saved_copy]
+    node.applied_before = lambda: None
+
+
+def test_without_a_saved_copy_a_real_server_deleted_by_hand_is_warned_of_not_refused():
+    """keepalived's config on disk still lists it: keepalived will not add it
+    on a reload, so it is no new worker, and status goes on working."""
+    node = balancer()
+    node.apply(THREE)
+    delete_by_hand(node, "192.168.100.4")
+    without_saved_copy(node)
+    node.plan(THREE)  # no ConfigError
+    assert [w.split(":")[0] for w in node.warnings] == ["service web"]
+
+
+def test_without_a_saved_copy_a_reorder_is_refused_from_keepalived_s_config():
+    node = balancer()
+    node.apply(THREE)
+    without_saved_copy(node)
+    error = refusal(node, ECMP.replace(PI2, PI3 + PI2))
+    assert "services.web: worker pi3 is not where this balancer's table has it" in error, error
+
+
+def test_keepalived_s_config_is_read_back_in_its_order_with_the_leaving_real_servers():
+    node = balancer()
+    node.apply(THREE)
+    for dest, entry in node.adapters.ipvs.dests.items():
+        if str(dest.address) == "192.168.100.4":
+            entry[2] = 3  # active connections: it leaves slowly
+    node.apply(WITHOUT_PI2)
+    read = configured_real_servers(node.adapters.files.read(LAYOUT.conf)[0])
+    web = next(k for k in read if k.port == 80)
+    assert web.protocol == "tcp" and str(web.vip) == "10.200.0.10"
+    assert [(str(a), p) for a, p in read[web]] == [
+        ("192.168.100.3", 80), ("192.168.100.6", 80), ("192.168.100.4", 80)]
+    dns = next(k for k in read if k.port == 53)
+    assert dns.protocol == "udp" and [str(a) for a, _p in read[dns]] == [
+        "192.168.100.3", "192.168.100.6", "192.168.100.4"]
+
+
+def test_every_checked_real_server_of_an_ecmp_balancer_is_inhibited_not_deleted_on_failure():
+    """Without inhibit_on_failure keepalived deletes a failing real server
+    and adds it back at the head of the kernel's list: every check flap
+    would reorder the mh table on that balancer alone."""
+    from helpers import cluster_from
+    from lbctl.engine.desired import desired_state
+
+    checked = THREE.replace("scheduler_flags: [mh-port]}",
+                            "scheduler_flags: [mh-port], health: {http: {path: /}}}").replace(
+        "protocol: udp, scheduler: mh}", "protocol: udp, scheduler: mh, "
+        "health: {exec: {command: [/bin/true]}}}")
+    state = desired_state(cluster_from(checked), "lb1", "eth0", layout=LAYOUT)
+    conf = state.files[LAYOUT.conf].content
+    servers = conf.split("real_server ")[1:]
+    assert len(servers) == 6
+    assert all("inhibit_on_failure" in block.split("\n    }")[0] for block in servers), conf
+
+
+def test_an_older_lbctl_s_order_is_mended_by_giving_the_file_that_order():
+    """Every balancer reloaded the same mid-list add: put the file's workers in
+    the kernel's order and the warning goes, with no restart."""
+    node = balancer(check_order=False)
+    node.apply(THREE)
+    node.apply(MID_LIST)  # pi9, pi3, pi2, pi1 (head first)
+    node.check_order = True
+    kernel_order = ECMP.replace(PI2, PI2 + PI3 + PI9)  # the file's last heads the list
+    node.apply(kernel_order)
+    assert node.plan(kernel_order).empty and not node.warnings
+    restart(node)
+    assert web_order(node) == ["192.168.100.9", "192.168.100.6", "192.168.100.4",
+                               "192.168.100.3"]

@@ -102,7 +102,8 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
 
         # Before anything runs: a refused order changes nothing here.
         order_warnings = check_table_order(cluster, ipvs_table,
-                                           lambda: _applied_here(cluster.name, root))
+                                           lambda: _applied_here(cluster.name, root),
+                                           lambda: _configured_here(layout))
     adapters = Adapters(ipvs=ipvs, addresses=addresses, sysctls=SysctlProc(),
                         files=FilesRoot(root), daemons=daemons, systemd=systemd)
     drains, drain_problem = {}, None
@@ -165,6 +166,18 @@ def _applied_here(name, root):
     try:
         return load_cluster(layout.real(layout.saved_copy))
     except LbctlError:
+        return None
+
+
+def _configured_here(layout):
+    """The real servers of keepalived's config on disk, or None where there
+    is none (engine/table_order.py)."""
+    from lbctl.engine.table_order import configured_real_servers
+
+    try:
+        with open(layout.real(layout.conf)) as fh:
+            return configured_real_servers(fh.read())
+    except (OSError, UnicodeDecodeError, ValueError):
         return None
 
 

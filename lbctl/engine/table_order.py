@@ -13,10 +13,18 @@ kernel's list differ from what a start of keepalived gives, and only warns
 where the list differed before the change (an lbctl older than this rule, a
 real server deleted by hand).
 
-Real servers are (address, port) pairs, as the kernel keys them.
+What keepalived had before the change is read from its config on disk,
+which it loaded (leaving real servers included), and from the saved copy of
+the file: an lbctl before this rule wrote that config in the kernel's order,
+so the order lbctl meant is the saved copy's where there is one.
+
+Real servers are (address, port) pairs, as the kernel and keepalived key them.
 """
 
-from lbctl.config.model import TABLE_SCHEDULERS, Mode
+import re
+from ipaddress import IPv4Address
+
+from lbctl.config.model import TABLE_SCHEDULERS, Mode, ServiceKey
 from lbctl.errors import ConfigError
 
 
@@ -35,17 +43,20 @@ def after_reload(svc, listed, previous):
     return [k for k in start_order(svc) if k not in previous] + [k for k in listed if k in wanted]
 
 
-def check_table_order(cluster, ipvs_table, applied_before=lambda: None):
+def check_table_order(cluster, ipvs_table, applied_before=lambda: None,
+                      configured=lambda: None):
     """Warnings for this balancer's apply of `cluster`; a ConfigError where
     the apply would put a service's real servers in another order than a
     start gives.  `ipvs_table`: the kernel's services (IpvsService);
     `applied_before()`: the cluster as last applied here (its saved copy),
-    or None; read only where the kernel's order differs."""
+    or None; `configured()`: keepalived's config on disk as
+    configured_real_servers() reads it, or None.  Both are read only where
+    the kernel's order differs from the file's."""
     if cluster.mode != Mode.ECMP:
         return []
     listed = {s.key: [(d.address, d.port) for d in s.dests] for s in ipvs_table
               if s.key is not None}
-    applied, before = None, None
+    applied, before, loaded = None, None, None
     problems, warnings = [], []
     for svc in sorted(cluster.services.values(), key=lambda s: s.name):
         now = listed.get(svc.key)
@@ -54,10 +65,10 @@ def check_table_order(cluster, ipvs_table, applied_before=lambda: None):
         if now == start_order(svc):
             continue  # as a start lists them: a reload changes nothing
         if before is None:
-            applied = applied_before()
+            applied, loaded = applied_before(), configured() or {}
             before = {s.key: s for s in applied.services.values()} if applied else {}
-        old = before.get(svc.key)
-        if after_reload(svc, now, _previous(now, old)) == start_order(svc):
+        old = _Before(before.get(svc.key), loaded.get(svc.key))
+        if after_reload(svc, now, old.members | set(now)) == start_order(svc):
             continue
         names = _names(applied, cluster)
         problem = _new_before_held(cluster, svc, now, old, names) or \
@@ -71,18 +82,57 @@ def check_table_order(cluster, ipvs_table, applied_before=lambda: None):
     return warnings
 
 
-def _previous(listed, old):
-    """The real servers keepalived's config had before this apply: the saved
-    copy's, and those the kernel holds that it dropped (lbctl keeps them in
-    the config until idle).  Without a saved copy, what the kernel holds."""
-    return set(listed) | (set(start_order(old)) if old is not None else set())
+class _Before:
+    """A service as it was before this apply: `applied`, the saved copy's
+    Service (or None); `configured`, the (address, port)s of keepalived's
+    config on disk in its order (or None)."""
+
+    def __init__(self, applied, configured):
+        self.applied, self.configured = applied, configured
+
+    @property
+    def members(self):
+        """What keepalived holds configured, and so will not add again on a
+        reload (leaving real servers included)."""
+        return set(self.configured or ()) | \
+            (set(start_order(self.applied)) if self.applied is not None else set())
+
+    @property
+    def start_order(self):
+        """The order a start of keepalived gave before this apply, as lbctl
+        meant it: the saved copy's where there is one (an older lbctl wrote
+        keepalived's config in the kernel's order); None where neither tells."""
+        if self.applied is not None:
+            return start_order(self.applied)
+        return list(reversed(self.configured)) if self.configured is not None else None
+
+    def address_of(self, worker):
+        if self.applied is None:
+            return None
+        return next((rs.address for rs in self.applied.real_servers if rs.worker == worker),
+                    None)
+
+
+def configured_real_servers(conf_text):
+    """{ServiceKey: [(address, port)]} of a keepalived.conf lbctl wrote, each
+    service's real servers in the config's order."""
+    found = {}
+    for block in conf_text.split("\nvirtual_server ")[1:]:
+        head = re.match(r"([0-9.]+) (\d+) \{", block)
+        protocol = re.search(r"^\s*protocol (TCP|UDP)\s*$", block, re.M)
+        if head is None or protocol is None:
+            continue  # not one of lbctl's (a fwmark service)
+        key = ServiceKey(protocol[1].lower(), IPv4Address(head[1]), int(head[2]))
+        found[key] = [(IPv4Address(a), int(p)) for a, p in
+                      re.findall(r"^\s*real_server ([0-9.]+) (\d+) \{", block, re.M)]
+    return found
 
 
 def _new_before_held(cluster, svc, listed, old, names):
     """A worker keepalived would add at the head, placed in the file before
     one the kernel holds: whatever the saved copy says, a reload lists it
     elsewhere than a start."""
-    previous, held = _previous(listed, old), set(listed)
+    previous, held = old.members | set(listed), set(listed)
     key = {rs.worker: (rs.address, svc.port) for rs in svc.real_servers}
     kept = [rs for rs in svc.real_servers if key[rs.worker] in held]
     if not kept:
@@ -92,7 +142,7 @@ def _new_before_held(cluster, svc, listed, old, names):
                   if key[rs.worker] not in previous), None)
     if early is None:
         return None
-    was = _address_in(old, early.worker)
+    was = old.address_of(early.worker)
     what = (f"worker {early.worker} moves from {was} to {early.address}: to this balancer's "
             f"table that is a new real server, and it stands before {last_kept.worker}, "
             "which the table has" if was is not None and was != early.address else
@@ -109,10 +159,12 @@ def _new_before_held(cluster, svc, listed, old, names):
 
 def _reordered(cluster, svc, listed, old, names):
     """Workers the kernel holds, placed in another order than its list: a
-    refusal where the saved copy shows this change makes it; None where the
-    kernel differed already (or no saved copy tells)."""
-    if old is None or not _kept_in_start_order(old, listed) or \
-            start_order(old) == start_order(svc):
+    refusal where what was applied before shows this change makes it; None
+    where the kernel differed already, or the file did not change."""
+    before = old.start_order
+    wanted = set(start_order(svc))
+    if before is None or not _kept_in_start_order(before, listed) or \
+            [k for k in before if k in wanted] == start_order(svc):
         return None
     key = {rs.worker: (rs.address, svc.port) for rs in svc.real_servers}
     held = set(listed)
@@ -121,8 +173,7 @@ def _reordered(cluster, svc, listed, old, names):
     moved = next((rs for rs, k in zip(kept, ordered) if key[rs.worker] != k), None)
     if moved is None:
         return None  # the same order: what differs is a real server deleted by hand
-    old_keys = set(start_order(old))
-    left = [rs.worker for rs in kept if key[rs.worker] not in old_keys]
+    left = [rs.worker for rs in kept if key[rs.worker] not in set(before)]
     back = (f"; {', '.join(left)} left the service but is still in this balancer's table, "
             "where it stays while it has connections: add it back at its old place, or wait "
             "until every balancer has dropped it (`lbctl status --all`), or drop it here now "
@@ -138,18 +189,11 @@ def _reordered(cluster, svc, listed, old, names):
     return _at_worker(cluster, svc, moved.worker, message)
 
 
-def _kept_in_start_order(old, listed):
-    """Does the kernel list the real servers of `old` it has as a start of
-    keepalived with `old` would?"""
-    mine = set(start_order(old))
-    present = set(listed)
-    return [k for k in listed if k in mine] == [k for k in start_order(old) if k in present]
-
-
-def _address_in(old, worker):
-    if old is None:
-        return None
-    return next((rs.address for rs in old.real_servers if rs.worker == worker), None)
+def _kept_in_start_order(before, listed):
+    """Does the kernel list the real servers of `before` (a start order) it
+    has as that start would?"""
+    mine, present = set(before), set(listed)
+    return [k for k in listed if k in mine] == [k for k in before if k in present]
 
 
 def _at_worker(cluster, svc, worker, message):
@@ -159,8 +203,8 @@ def _at_worker(cluster, svc, worker, message):
 
 
 def _names(*clusters):
-    """{address: worker name} from the clusters given (None left out), the
-    later ones first: the file being applied names its workers."""
+    """{address: worker name} from the clusters given (None left out); a
+    later one's name wins: the file being applied names its workers."""
     return {w.address: w.name for c in clusters if c is not None for w in c.workers.values()}
 
 
@@ -173,4 +217,6 @@ def _drifted(svc, listed, names):
             f"{_shown(listed, names)} (head first), not as a start of keepalived would: a "
             "restart or reboot of this balancer would fill another mh table than the other "
             "balancers', and flows the router moves between them could reach another worker; "
-            "`lbctl doctor --all` shows whether the balancers differ, and how to rebuild")
+            "`lbctl doctor --all` shows whether the balancers differ, and how to rebuild (where "
+            "every balancer lists them so, the file's workers put in that order mend it with "
+            "no restart)")
