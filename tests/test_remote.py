@@ -411,6 +411,12 @@ def test_doctor_all_finds_ecmp_balancers_whose_table_orders_differ(monkeypatch, 
     assert "`sudo systemctl restart lbctl-pi-web-keepalived`" in found["fix"]
     # Not apply --remove: it would wipe the balancer's drain records.
     assert "--remove" not in found["fix"]
+    # lb2 still holds pi3, which the file dropped, while it has connections.
+    tables["lb2"] = {web: table_parts([("192.168.100.6:80", 0), *listed], ["mh-port"])}
+    code, (found,) = run()
+    assert found["evidence"].startswith("members digests: lb1 ")
+    assert "hold different real servers" in found["problem"]
+    assert "restart" not in found["fix"].replace("no restart mends it", "")
     # The same order, pi2 drained on lb2 alone: no restart mends that.
     tables["lb2"] = {web: table_parts([("192.168.100.4:80", 0), listed[1]], ["mh-port"])}
     assert tables["lb2"][web]["order"] == alike["order"]

@@ -35,17 +35,17 @@ def merge(findings):
 
 def table_findings(cluster_name, tables):
     """Findings for the services the ECMP balancers fill their mh or sh
-    tables for differently ({balancer: {service label: {"order": digest,
-    "weights": digest}}}, as each node's JSON tells it)."""
+    tables for differently ({balancer: {service label: {"members": digest,
+    "order": digest, "weights": digest}}}, as each node's JSON tells it)."""
     by_service = {}
     for node, digests in tables.items():
         for label, parts in digests.items():
             if isinstance(label, str) and isinstance(parts, dict) and \
-                    all(isinstance(parts.get(p), str) for p in ("order", "weights")):
+                    all(isinstance(parts.get(p), str) for p in TABLE_PARTS):
                 by_service.setdefault(label, {})[node] = parts
     found = []
     for label, by_node in sorted(by_service.items()):
-        for part in ("order", "weights"):
+        for part in TABLE_PARTS:
             digests = {node: parts[part] for node, parts in by_node.items()}
             if len(set(digests.values())) > 1:
                 found.append(_table_differs(cluster_name, label, part, digests))
@@ -53,8 +53,23 @@ def table_findings(cluster_name, tables):
     return found
 
 
+# What differs, in the order it is mended: the same real servers first,
+# then their order (a restart), then their weights.
+TABLE_PARTS = ("members", "order", "weights")
+
+
 def _table_differs(cluster_name, label, part, digests):
     evidence = f"{part} digests: " + ", ".join(f"{n} {d}" for n, d in sorted(digests.items()))
+    if part == "members":
+        return Finding(
+            ", ".join(sorted(digests)), "table-differs",
+            f"the balancers hold different real servers for {label}, and fill their tables "
+            "differently: a flow the router moves between them may reach another worker",
+            evidence,
+            "`lbctl status FILE --all` shows each balancer's real servers: a balancer that "
+            "missed an apply (`lbctl apply FILE --all`), or a worker the file dropped that one "
+            "balancer still holds at weight 0 while it has connections (it goes at the apply "
+            "after they end; no restart mends it, keepalived's config still lists it)")
     if part == "order":
         return Finding(
             ", ".join(sorted(digests)), "table-differs",
@@ -65,9 +80,10 @@ def _table_differs(cluster_name, label, part, digests):
             "service's real servers otherwise than a start would, one at a time: `sudo lbctl "
             "apply FILE` first (an older lbctl wrote keepalived's config in the kernel's "
             "order, and a restart reads the config on disk), then `sudo lbctl drain-balancer "
-            f"NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived`, and `sudo "
-            "lbctl undrain-balancer NAME` once `lbctl status` shows its workers up (a start "
-            "lists them in the file's order).  Flows the router moves while the balancers "
+            f"NAME`, `sudo systemctl restart lbctl-{cluster_name}-keepalived` (a clean stop "
+            "deletes keepalived's table, and the start lists the workers in the file's order: "
+            "check with `ipvsadm -Ln --nosort`), and `sudo lbctl undrain-balancer NAME` once "
+            "`lbctl status` shows its workers up.  Flows the router moves while the balancers "
             "still differ may reach another worker")
     return Finding(
         ", ".join(sorted(digests)), "table-differs",

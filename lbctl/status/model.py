@@ -24,15 +24,17 @@ class StatusShapeError(ValueError):
 
 
 def table_parts(servers, flags):
-    """An mh or sh table's digests, {"order": ..., "weights": ...}, told
-    apart because they are mended apart: the real servers' addresses in the
-    kernel's list order, and each one's weight with the scheduler's flags.
-    `servers`: ("ADDRESS:PORT", weight) each, in the kernel's list order."""
+    """An mh or sh table's digests, {"members": ..., "order": ..., "weights":
+    ...}, told apart because they are mended apart: which real servers the
+    kernel holds, their order in its list, and each one's weight with the
+    scheduler's flags.  `servers`: ("ADDRESS:PORT", weight) each, in the
+    kernel's list order."""
     servers = list(servers)
 
     def digest(text):
         return hashlib.sha256(text.encode()).hexdigest()[:8]
-    return {"order": digest(" ".join(address for address, _weight in servers)),
+    return {"members": digest(" ".join(sorted(address for address, _weight in servers))),
+            "order": digest(" ".join(address for address, _weight in servers)),
             "weights": digest(" ".join(sorted(f"{a}/{w}" for a, w in servers))
                               + f" | {','.join(sorted(flags))}")}
 
