@@ -294,7 +294,7 @@ def test_apply_all_shows_each_plan_and_asks_and_no_changes_nothing(lab, fleet, p
         "apply", str(edit), answer="y\n",
         meanwhile=lambda: lab.sh("pi3", ["ip", "address", "del", f"{WEB_VIP}/32", "dev", "lo"]))
     assert (status, asked) == (1, True), shown
-    assert "this node's plan is no longer the one shown before the question" in shown, shown
+    assert "this node's plan is no longer the one planned before any node changed" in shown, shown
     assert "stopped: failed on pi3; done on pi1, pi2; not touched: lb1, lb2" in shown, shown
     assert f"{WEB_VIP}/32" not in lab.sh("pi3", on_lo).stdout
     assert tables == {n: lab.ipvs_rules(n) for n in ("lb1", "lb2")}

@@ -47,9 +47,9 @@ def _apply(args, out, cluster, reached):
     agreed = getattr(args, "expect_plan", None)
     if agreed is not None and fingerprint(ctx.plan) != agreed:
         out.write(format_plan(ctx.plan) + "\n")
-        raise PlanChanged("this node's plan is no longer the one shown before the question "
-                          "(another apply, a drain or a failover since?): nothing was changed "
-                          "here; its plan now is above")
+        raise PlanChanged("this node's plan is no longer the one planned before any node "
+                          "changed (another apply, a drain or a failover since?): nothing was "
+                          "changed here; its plan now is above")
     report = None
     released = vips_the_reload_drops(ctx)
     changed = not ctx.plan.empty
