@@ -164,16 +164,22 @@ def test_balancers_given_the_appends_in_other_batches_list_them_alike():
     assert web_order(every) == listed
 
 
-def test_a_worker_added_back_while_the_table_still_holds_it_is_refused_out_of_place():
-    """A worker dropped from the file stays in the table, at weight 0 and at
-    its old place, while it has connections.  Added back at the end, a
-    reload would leave it at its old place and a restart would not."""
+def pi2_leaving_slowly():
+    """A balancer that applied the file without pi2 while pi2 had connections."""
     node = balancer()
     node.apply(THREE)
     for dest, entry in node.adapters.ipvs.dests.items():
         if str(dest.address) == "192.168.100.4":
             entry[2] = 3  # active connections: it leaves slowly
     node.apply(WITHOUT_PI2)
+    return node
+
+
+def test_a_worker_added_back_while_the_table_still_holds_it_is_refused_out_of_place():
+    """A worker dropped from the file stays in the table, at weight 0 and at
+    its old place, while it has connections.  Added back at the end, a
+    reload would leave it at its old place and a restart would not."""
+    node = pi2_leaving_slowly()
     assert "192.168.100.4" in web_order(node)
     error = refusal(node, WITHOUT_PI2.replace(PI3, PI3 + PI2))
     assert "services.web: worker pi3 is not where this balancer's table has it" in error, error
@@ -362,12 +368,7 @@ def test_without_a_saved_copy_a_reorder_is_refused_from_keepalived_s_config():
 
 
 def test_keepalived_s_config_is_read_back_in_its_order_with_the_leaving_real_servers():
-    node = balancer()
-    node.apply(THREE)
-    for dest, entry in node.adapters.ipvs.dests.items():
-        if str(dest.address) == "192.168.100.4":
-            entry[2] = 3  # active connections: it leaves slowly
-    node.apply(WITHOUT_PI2)
+    node = pi2_leaving_slowly()
     read = configured_real_servers(node.adapters.files.read(LAYOUT.conf)[0])
     web = next(k for k in read if k.port == 80)
     assert web.protocol == "tcp" and str(web.vip) == "10.200.0.10"
