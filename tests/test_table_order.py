@@ -312,8 +312,12 @@ def test_a_workers_new_address_in_mid_list_is_named_as_such():
                                         "pi2: {address: 192.168.100.14}"))
     assert "services.web: worker pi2 moves from 192.168.100.4 to 192.168.100.14: to this " \
            "balancer's table that is a new real server, and it stands before pi3" in error, error
-    assert "take pi2 out of the service in one apply, then add it with its new address " \
-           "after the others" in error
+    assert "move pi2 after the others (here after pi3) as its address changes" in error
+    # So it goes in one apply: the new address heads the list, the old one leaves.
+    moved = THREE.replace(PI2, "").replace(PI3, PI3 + "  pi2: {address: 192.168.100.14}\n")
+    node.apply(moved)
+    assert web_order(node) == ["192.168.100.14", "192.168.100.6", "192.168.100.3"]
+    assert node.plan(moved).empty and not node.warnings
 
 
 def test_a_balancer_that_missed_the_removal_is_told_to_apply_it_first():

@@ -148,8 +148,8 @@ def _new_before_held(cluster, svc, listed, old, names):
             "which the table has" if was is not None and was != early.address else
             f"worker {early.worker} is new to this balancer's table and stands before "
             f"{last_kept.worker}, which the table has")
-    how = (f"take {early.worker} out of the service in one apply, then add it with its new "
-           f"address after the others" if was is not None and was != early.address else
+    how = (f"move {early.worker} after the others (here after {last_kept.worker}) as its "
+           "address changes" if was is not None and was != early.address else
            f"add new workers after the others (here after {last_kept.worker})")
     message = (f"services.{svc.name}: {what}: in mode ecmp keepalived adds a new worker at "
                "the head of the kernel's list on a reload, but a restart lists them in the "
