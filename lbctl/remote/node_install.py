@@ -132,7 +132,9 @@ def install_wheel(python, venv, wheel, version, wheels):
         say(f"lbctl {version}: installed already")
         return False
     before = installed_version(python)
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    # No cache: a node installs lbctl once a release, and uninstall leaves nothing.
+    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+           "--no-cache-dir"]
     if wheels is not None:
         pip += ["--no-index", "--find-links", wheels]
     if before == version:
@@ -194,8 +196,10 @@ def uninstall(args, root, venv, link):
         changed = True
     if records and os.path.isdir(records):
         ignoring_os_errors(os.rmdir, records)  # empty once every cluster is removed
-    if args.user and root == "/":  # a lab node shares the host's users
-        changed |= remove_user(args.user)
+    if root == "/":  # a lab node shares the host's users and root's home
+        changed |= remove_cache()
+        if args.user:
+            changed |= remove_user(args.user)
     present = [p for p in args.packages
                if shutil.which("dpkg-query") is not None and package_installed(p)]
     if present:
@@ -203,6 +207,16 @@ def uninstall(args, root, venv, link):
     if not changed:
         say("lbctl is not installed here")
     return changed
+
+
+def remove_cache():
+    """root's lbctl cache (lbctl/cache.py): validated files, rendered configs."""
+    cache = os.path.join(pwd.getpwuid(0).pw_dir, ".cache", "lbctl")
+    if not os.path.isdir(cache) or os.path.islink(cache):
+        return False
+    shutil.rmtree(cache)
+    say(f"cache {cache}: removed")
+    return True
 
 
 def remove_user(name):
