@@ -90,24 +90,31 @@ def received(lab):
     return sum(lab.iface_bytes(name)[0] for name in WORKERS)
 
 
-def measure(lab, connections, seconds):
-    """Mbit/s the workers received while the uploads ran."""
+def measure(lab, connections, seconds, balancers):
+    """(Mbit/s the workers received while the uploads ran, {balancer: its
+    share of what the `balancers` in use received from the router})."""
+    links = {name: lab.iface_bytes(name)[0] for name in balancers}
     before, start = received(lab), time.monotonic()
     sent = lab.sh("client", [sys.executable, str(HERE / "tcp_peers.py"), "upload", VIP,
                              str(PORT), str(connections), str(seconds)])
     elapsed = time.monotonic() - start
     if int(sent.stdout.split()[-1]) <= 0:
         raise SystemExit("bench: the uploads sent nothing")
-    return (received(lab) - before) * 8 / elapsed / 1e6
+    links = {name: lab.iface_bytes(name)[0] - count for name, count in links.items()}
+    total = sum(links.values()) or 1
+    return ((received(lab) - before) * 8 / elapsed / 1e6,
+            {name: count / total for name, count in links.items()})
 
 
 def table(rows, rate):
     one = rows[0][1] if rows else 0
-    lines = ["| balancers | aggregate upload | per balancer's link | vs one balancer | ideal |",
-             "|---|---|---|---|---|"]
-    for count, mbit in rows:
+    lines = ["| balancers | aggregate upload | per balancer's link | vs one balancer | ideal "
+             "| carried by each |",
+             "|---|---|---|---|---|---|"]
+    for count, mbit, shares in rows:
+        split = ", ".join(f"{name} {share:.0%}" for name, share in shares.items())
         lines.append(f"| {count} | {mbit:.1f} Mbit/s | {mbit / count / rate:.0%} | "
-                     f"{mbit / one:.2f}x | {count}.00x |")
+                     f"{mbit / one:.2f}x | {count}.00x | {split} |")
     return "\n".join(lines)
 
 
@@ -136,7 +143,8 @@ def main():
               f"per figure; {args.connections} uploads at once", flush=True)
         for count in counts:
             use_balancers(lab, path, count)
-            rows.append((count, measure(lab, args.connections, args.seconds)))
+            rows.append((count, *measure(lab, args.connections, args.seconds,
+                                         list(BALANCERS)[:count])))
             print(table(rows, args.rate).splitlines()[-1], flush=True)
     finally:
         lab.teardown()
