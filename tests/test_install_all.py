@@ -48,12 +48,12 @@ def test_the_node_program_travels_as_arguments_never_through_a_shell_of_its_own(
     target = Target("pi1", "worker", "192.168.100.3", sudo=True)
     argv = program_argv(target, cluster_install.node_program(cluster, target, "install"))
     command = argv[-1]
-    assert command.startswith('if [ "$(id -u)" = 0 ]; then exec python3 -c ')
+    assert command.startswith('if [ "$(id -u)" = 0 ]; then exec python3 -I -c ')
     inner = command.split("; then exec ", 1)[1].split("; else exec sudo -n ")[0]
     words = shlex.split(inner)
-    assert words[:2] == ["python3", "-c"]
-    assert words[2] == Path(cluster_install.node_install.__file__).read_text()
-    assert words[3:] == ["install", "--venv", "/opt/lbctl", "--link", "/usr/local/sbin/lbctl",
+    assert words[:3] == ["python3", "-I", "-c"]
+    assert words[3] == Path(cluster_install.node_install.__file__).read_text()
+    assert words[4:] == ["install", "--venv", "/opt/lbctl", "--link", "/usr/local/sbin/lbctl",
                          "--packages", "python3-venv"]
 
 
@@ -83,7 +83,7 @@ def nodes_here(monkeypatch, tmp_path):
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         done = subprocess.run(program, input=payload, capture_output=True, timeout=timeout,
                               env=env | {"LBCTL_ROOT": str(root)})
-        ran.append((target.node, program[3]))
+        ran.append((target.node, program[4]))
         return Outcome(target, done.returncode, done.stdout.decode(), done.stderr.decode())
     monkeypatch.setattr(cluster_install, "run_program_on", run_program_on)
     return ran
@@ -126,6 +126,16 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     assert code == 0, text
     assert f"lbctl {lbctl.__version__}: installed already" in text
     assert text.endswith("installed on 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
+    # A venv that cannot run pip (made before python3-venv was there, or
+    # its Python upgraded away) is made again.
+    import shutil
+    for pip in (tmp_path / "nodes" / "pi1" / "opt/lbctl/lib").glob("python3*/site-packages/pip"):
+        shutil.rmtree(pip)
+    code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
+    assert code == 0, text
+    assert "venv /opt/lbctl: made again (it did not run pip)" in text, text
+    assert text.endswith("installed on 2 of 2 node(s); changed: pi1; nothing to change: lb1\n"), \
+        text
     # Not while lbctl still holds a cluster on the node.
     records = tmp_path / "nodes" / "lb1" / "var/lib/lbctl"
     records.mkdir(parents=True)
@@ -145,7 +155,7 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     code, text = fleet(tmp_path, "uninstall")
     assert code == 0 and "lbctl is not installed here" in text, text
     assert text.endswith("taken off 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
-    assert [what for _node, what in ran].count("install") == 4
+    assert [what for _node, what in ran].count("install") == 6
 
 
 def test_a_payload_entry_with_a_path_of_its_own_is_refused(tmp_path):
@@ -174,3 +184,18 @@ def test_install_and_uninstall_need_all():
         with pytest.raises(SystemExit) as stopped:
             main([command, "cluster.yaml"])
         assert stopped.value.code == 64  # a usage error, before the file is read
+
+
+def test_root_s_python_imports_nothing_from_the_login_s_folder(tmp_path):
+    """ssh starts the command in the login's home: python3 -c would put it
+    first on sys.path, and a stray argparse.py there would run as root."""
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = tmp_path / "ran-as-root"
+    (home / "argparse.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    program = cluster_install.node_program(cluster_from(PI_SINGLE),
+                                           Target("pi1", "worker", "x"), "uninstall")
+    done = subprocess.run(program, capture_output=True, cwd=home,
+                          env=dict(os.environ, LBCTL_ROOT=str(tmp_path / "root")))
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()

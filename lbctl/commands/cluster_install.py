@@ -80,7 +80,9 @@ def packages_for(cluster, role):
 def node_program(cluster, target, action):
     """The argv run on the node: python3 with node_install.py's text."""
     code = Path(node_install.__file__).read_text()
-    argv = ["python3", "-c", code, action, "--venv", INSTALL_VENV, "--link", INSTALL_LINK,
+    # -I: root's Python imports nothing from the login's folder (sys.path's
+    # first entry for -c) or the environment.
+    argv = ["python3", "-I", "-c", code, action, "--venv", INSTALL_VENV, "--link", INSTALL_LINK,
             "--packages", *packages_for(cluster, target.role)]
     if action == "uninstall":
         argv += ["--state", OWNERSHIP_DIR, "--user", SCRIPT_USER]

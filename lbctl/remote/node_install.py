@@ -59,12 +59,23 @@ def install(args, root, venv, link):
         changed = install_packages(args.packages)
         python = os.path.join(venv, "bin", "python")
         if not os.path.exists(python):
-            run([sys.executable, "-m", "venv", venv])
+            run([sys.executable, "-I", "-m", "venv", venv])
             say(f"venv {args.venv}: created")
+            changed = True
+        elif not venv_works(python):
+            # Half made (no pip), or its Python gone with a distribution upgrade.
+            run([sys.executable, "-I", "-m", "venv", "--clear", venv])
+            say(f"venv {args.venv}: made again (it did not run pip)")
             changed = True
         changed |= install_wheel(python, venv, wheel, version, wheels)
         changed |= make_link(os.path.join(venv, "bin", "lbctl"), link, args.link)
     return changed
+
+
+def venv_works(python):
+    done = subprocess.run([python, "-I", "-m", "pip", "--version"], capture_output=True,
+                          cwd="/")
+    return done.returncode == 0
 
 
 def unpack(stream, into):
@@ -105,7 +116,7 @@ def install_packages(packages):
         return False
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd="/")
     if done.returncode != 0:
         # A fresh image's package lists may be missing or stale: once more after an update.
         run(["apt-get", "update", "-q"], env=env)
@@ -116,7 +127,7 @@ def install_packages(packages):
 
 def package_installed(name):
     done = subprocess.run(["dpkg-query", "-W", "-f=${Status}", name], capture_output=True,
-                          text=True)
+                          text=True, cwd="/")
     return done.returncode == 0 and done.stdout.endswith(" installed")
 
 
@@ -133,7 +144,7 @@ def install_wheel(python, venv, wheel, version, wheels):
         return False
     before = installed_version(python)
     # No cache: a node installs lbctl once a release, and uninstall leaves nothing.
-    pip = [python, "-m", "pip", "install", "-q", "--disable-pip-version-check",
+    pip = [python, "-I", "-m", "pip", "install", "-q", "--disable-pip-version-check",
            "--no-cache-dir"]
     if wheels is not None:
         pip += ["--no-index", "--find-links", wheels]
@@ -153,7 +164,7 @@ def install_wheel(python, venv, wheel, version, wheels):
 def installed_version(python):
     if not os.path.exists(python):
         return None
-    done = subprocess.run([python, "-c", "import importlib.metadata as m; "
+    done = subprocess.run([python, "-I", "-c", "import importlib.metadata as m; "
                            "print(m.version('lbctl'))"], capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else None
 
@@ -252,7 +263,8 @@ def ignoring_os_errors(func, path):
 
 
 def run(argv, env=None):
-    done = subprocess.run(argv, env=env, capture_output=True, text=True)
+    # From /: root's Python must import nothing from the login's folder.
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/")
     if done.returncode != 0:
         text = (done.stderr or done.stdout).strip().splitlines()
         raise Refused(f"{' '.join(argv[:4])} ... failed: {text[-1] if text else done.returncode}")
