@@ -236,7 +236,6 @@ def failover(lab, advert):
     load = lab.traffic("probes", VIP, "--seconds", 1.5 + window, "--interval", 0.02,
                        "--timeout", CLIENT_TIMEOUT, "--retries", CLIENT_RETRIES)
     try:
-        load.stderr.readline()  # the stream has begun (STARTED), or the client ended
         time.sleep(1.5)
         cut = time.time()
         lab.set_link(holder, False)

@@ -81,6 +81,41 @@ def test_a_request_that_times_out_names_its_step_and_port(server):
     assert 1024 <= failed_client_port(body) <= 65535
 
 
+class BlobHandler(SlowHandler):
+    BODY = bytes(range(256)) * 1024  # 256 KiB: minutes at the test's pace
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.BODY)))
+        self.end_headers()
+        self.wfile.write(self.BODY)
+
+
+def test_downloads_say_they_started_only_once_they_can_be_hurried():
+    """A test hurries its downloads as soon as its change is made.  The
+    started line comes after the handler is in place and every download has
+    asked: hurried at once, they still all arrive, and well before the slow
+    pace would have let them."""
+    from lbctl.lab.traffic import STARTED
+
+    httpd = QuietServer(("127.0.0.1", 0), BlobHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "lbctl.lab.traffic", "downloads",
+                                 "127.0.0.1", "--port", str(httpd.server_address[1]),
+                                 "--count", "3", "--rate", "1024", "--timeout", "60"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert proc.stderr.readline() == STARTED + "\n"
+        proc.send_signal(signal.SIGUSR1)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert proc.returncode == 0, err
+    assert [(d["ok"], d["bytes"], d["error"]) for d in json.loads(out)] == \
+        [(True, len(BlobHandler.BODY), None)] * 3
+
+
 class FirstSlowHandler(SlowHandler):
     """Slower than the client's patience for the first request only."""
     served = 0

@@ -275,10 +275,13 @@ class Lab(Faults, Observations):
                                  str(count), str(seconds)])
 
     def traffic(self, kind, *args, node="client"):
-        """Start a measuring client (lbctl.lab.traffic); `finish()` it for its JSON."""
+        """Start a measuring client (lbctl.lab.traffic), and return once it is
+        under way; `finish()` it for its JSON."""
         proc = subprocess.Popen(["ip", "netns", "exec", self.nodes[node].netns, sys.executable,
                                  "-m", "lbctl.lab.traffic", kind, *map(str, args)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Its started line, or the first line of why it ended: finish() raises then.
+        proc.stderr.readline()
         return proc
 
     @staticmethod

@@ -17,7 +17,10 @@ import time
 
 
 REQUEST_STEP = "request from port "
-STARTED = "probes: started"  # on stderr, as the probe stream begins
+# On stderr, once a client is under way and its signal handlers are in place:
+# on a busy machine the interpreter's start can take seconds, and a signal
+# that came sooner would kill the client.  LabTopology.traffic waits for it.
+STARTED = "traffic: started"
 
 
 def _get(address, port, path, timeout):
@@ -66,6 +69,7 @@ def steady_load(address, port, seconds, interval, timeout, path="/"):
     stalled at that moment is still counted, as it ends."""
     stopping = []
     signal.signal(signal.SIGINT, lambda _signum, _frame: stopping.append(True))
+    print(STARTED, file=sys.stderr, flush=True)
     records = []
     end = time.time() + seconds
     next_start = time.time()
@@ -121,8 +125,6 @@ def probes(address, port, seconds, interval, timeout, path="/", retries=0, retry
 
     async def stream():
         attempts, next_start, end = [], time.time(), time.time() + seconds
-        # A caller timing an event against the stream waits for this line:
-        # on a busy machine the interpreter's start can take seconds.
         print(STARTED, file=sys.stderr, flush=True)
         while next_start < end:
             await asyncio.sleep(max(0.0, next_start - time.time()))
@@ -166,6 +168,7 @@ def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
         except OSError as exc:
             state["error"], state["done"] = f"connect: {exc}", True
         results.append(state)
+    print(STARTED, file=sys.stderr, flush=True)  # every download has asked
     deadline = time.time() + timeout
     while sel.get_map() and time.time() < deadline:
         for key, _ in sel.select(timeout=0.05):
