@@ -46,6 +46,19 @@ def pair_edited(**changes):
     return spec
 
 
+def steady_pair(**changes):
+    """pair_edited, with 1 s VRRP adverts: for a test that changes a running
+    pair under load and means to fail nothing over.  With the pair's 100 ms
+    ones, a keepalived reload on the emulated lab's busy CPUs can hold the
+    master's adverts up for three of them: the backup takes the VIP for a
+    moment, and a connection begun on the master is reset, or its end goes
+    through the backup and the master counts it as active for 15 minutes.
+    Apply it to both balancers before the load starts."""
+    spec = pair_edited(**changes)
+    spec["vrrp"] = {**spec["vrrp"], "advert_interval": "1s"}
+    return spec
+
+
 def edited(**changes):
     """BASE with top-level sections replaced or deeply edited by callables."""
     spec = copy.deepcopy(BASE)

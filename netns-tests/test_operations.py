@@ -10,7 +10,7 @@ import subprocess
 import time
 
 import ipvs_table
-from clusters import PAIR, WEB_VIP, pair_edited
+from clusters import PAIR, WEB_VIP, pair_edited, steady_pair
 from conftest import LOADS, measured
 from lbctl.errors import LabError
 from test_keepalived import ALL_WORKERS, _blob_hashes, ipvs_web_weights, pair  # noqa: F401
@@ -110,13 +110,7 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
     docs/operations.md."""
     lab.ensure_web_server("pi4")
 
-    def live(**changes):
-        """The pair with 1 s adverts.  With the lab's 100 ms ones, a keepalived
-        reload on the emulated lab's busy CPUs can hold the master's adverts up
-        for three of them: the backup takes the VIP for a moment, and a request
-        begun on the master is reset (one run in three, during a reweight)."""
-        return {**pair_edited(**changes), "vrrp": {**PAIR["vrrp"], "advert_interval": "1s"}}
-
+    live = steady_pair  # a reweight reset a request one run in three with 100 ms adverts
     with_pi4 = live(workers=lambda w: {**w, "pi4": PI4})
     web = PAIR["services"]["web"]
     slower = live(services=lambda s: {
