@@ -11,6 +11,7 @@ Below $LBCTL_ROOT where that is set (a lab node's own tree), as lbctl is.
 """
 
 import argparse
+import glob
 import os
 import pwd
 import re
@@ -24,6 +25,11 @@ WHEEL = re.compile(r"lbctl-([0-9][A-Za-z0-9.+]*)-py3-none-any\.whl")
 # Wheels and source archives pip can install from (--wheels DIR).
 DEPENDENCY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.(whl|tar\.gz|zip)")
 SYSTEM_UID_MAX = 999
+# Debian's pip as a wheel (python3-pip-whl, which python3-venv depends on).
+# pip runs from it for the venv's Python, so none is copied into the venv:
+# ensurepip's copy took longer than the rest of the install on a slow
+# node, and more room than lbctl and its dependencies.
+SYSTEM_PIP = "/usr/share/python-wheels/pip-*.whl"
 
 
 class Refused(Exception):
@@ -58,23 +64,42 @@ def install(args, root, venv, link):
         version = WHEEL.fullmatch(os.path.basename(wheel))[1]
         changed = install_packages(args.packages)
         python = os.path.join(venv, "bin", "python")
-        if not os.path.exists(python):
-            run([sys.executable, "-I", "-m", "venv", venv])
+        system = system_pip()
+        pip = pip_argv(python, system)
+        if not os.path.lexists(python):
+            make_venv(venv, own_pip=system is None)
             say(f"venv {args.venv}: created")
             changed = True
-        elif not venv_works(python):
+        elif not venv_works(pip):
             # Half made (no pip), or its Python gone with a distribution upgrade.
-            run([sys.executable, "-I", "-m", "venv", "--clear", venv])
+            make_venv(venv, own_pip=system is None, again=True)
             say(f"venv {args.venv}: made again (it did not run pip)")
             changed = True
-        changed |= install_wheel(python, venv, wheel, version, wheels)
+        changed |= install_wheel(pip, python, venv, wheel, version, wheels)
         changed |= make_link(os.path.join(venv, "bin", "lbctl"), link, args.link)
     return changed
 
 
-def venv_works(python):
-    done = subprocess.run([python, "-I", "-m", "pip", "--version"], capture_output=True,
-                          cwd="/")
+def system_pip():
+    found = sorted(glob.glob(SYSTEM_PIP))
+    return found[-1] if found else None
+
+
+def pip_argv(python, wheel):
+    """pip for the venv's Python: from the system's wheel, or the venv's own."""
+    return [python, "-I", os.path.join(wheel, "pip")] if wheel else [python, "-I", "-m", "pip"]
+
+
+def make_venv(venv, own_pip, again=False):
+    run([sys.executable, "-I", "-m", "venv", *([] if own_pip else ["--without-pip"]),
+         *(["--clear"] if again else []), venv])
+
+
+def venv_works(pip):
+    try:
+        done = subprocess.run([*pip, "--version"], capture_output=True, cwd="/")
+    except OSError:  # its python links to one that is gone
+        return False
     return done.returncode == 0
 
 
@@ -131,7 +156,7 @@ def package_installed(name):
     return done.returncode == 0 and done.stdout.endswith(" installed")
 
 
-def install_wheel(python, venv, wheel, version, wheels):
+def install_wheel(pip, python, venv, wheel, version, wheels):
     """pip installs the wheel unless the same build is installed: its copy
     is kept in the venv, and the two wheels' RECORDs (each file's digest)
     compared, since two builds of one checkout differ only in their zip's
@@ -144,8 +169,7 @@ def install_wheel(python, venv, wheel, version, wheels):
         return False
     before = installed_version(python)
     # No cache: a node installs lbctl once a release, and uninstall leaves nothing.
-    pip = [python, "-I", "-m", "pip", "install", "-q", "--disable-pip-version-check",
-           "--no-cache-dir"]
+    pip = [*pip, "install", "-q", "--disable-pip-version-check", "--no-cache-dir"]
     if wheels is not None:
         pip += ["--no-index", "--find-links", wheels]
     if before == version:
