@@ -25,6 +25,7 @@ WHEEL = re.compile(r"lbctl-([0-9][A-Za-z0-9.+]*)-py3-none-any\.whl")
 # Wheels and source archives pip can install from (--wheels DIR).
 DEPENDENCY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.(whl|tar\.gz|zip)")
 SYSTEM_UID_MAX = 999
+APT_LOCK_SECONDS = 600
 # Debian's pip as a wheel (python3-pip-whl, which python3-venv depends on).
 # pip runs from it for the venv's Python, so none is copied into the venv:
 # ensurepip's copy took longer than the rest of the install on a slow
@@ -140,12 +141,21 @@ def install_packages(packages):
             say(f"packages: {' '.join(packages)} present")
         return False
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    command = ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing]
+    # A Pi's first minutes after boot go to apt's daily jobs: wait for
+    # their lock rather than fail on it.
+    apt = ["apt-get", "-o", f"DPkg::Lock::Timeout={APT_LOCK_SECONDS}", "-q"]
+    command = [*apt, "install", "-y", "--no-install-recommends", *missing]
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd="/")
     if done.returncode != 0:
-        # A fresh image's package lists may be missing or stale: once more after an update.
-        run(["apt-get", "update", "-q"], env=env)
-        run(command, env=env)
+        # A fresh image's package lists may be missing or stale: once more
+        # after an update.  Should that fail too, the first failure is said
+        # as well: it may be the one that explains.
+        first = last_line(done)
+        try:
+            run([*apt, "update"], env=env)
+            run(command, env=env)
+        except Refused as exc:
+            raise Refused(f"{exc}; before apt-get update: {first}") from None
     say(f"packages: installed {' '.join(missing)}")
     return True
 
@@ -290,9 +300,14 @@ def run(argv, env=None):
     # From /: root's Python must import nothing from the login's folder.
     done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/")
     if done.returncode != 0:
-        text = (done.stderr or done.stdout).strip().splitlines()
-        raise Refused(f"{' '.join(argv[:4])} ... failed: {text[-1] if text else done.returncode}")
+        raise Refused(f"{' '.join(argv[:4])} ... failed: {last_line(done)}")
     return done
+
+
+def last_line(done):
+    """What a failed command said last (its error), or its exit status."""
+    text = (done.stderr or done.stdout).strip().splitlines()
+    return text[-1] if text else f"exit status {done.returncode}"
 
 
 def say(line):
