@@ -111,6 +111,12 @@ setup() {
   # PYTHONDONTWRITEBYTECODE is set nothing writes it: every lbctl command
   # (hundreds in the lab, each a new process) would compile lbctl again.
   .venv/bin/python -m compileall -q lbctl
+  # lbctl's dependencies as wheels, for `install --all --wheels` where the
+  # nodes have no Internet access: the lab VM's (its test installs on nodes).
+  .venv/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+    > .venv/node-requirements.txt
+  .venv/bin/python -m pip download -q --only-binary=:all: -d .venv/node-wheels \
+    -r .venv/node-requirements.txt
 }
 
 case "${1:-}" in

@@ -429,3 +429,63 @@ def test_remove_all_leaves_no_trace_of_lbctl(lab, fleet, pair_file):
     after = {name: node_trace(lab, name) for name in NODES}
     for name in NODES:
         assert after[name] == PRISTINE[name], name
+
+
+INSTALLED = ["lb1", "lb2", "pi1"]
+# The dependencies' wheels `./dev.sh setup` fetched: the lab VM has no network.
+NODE_WHEELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           ".venv", "node-wheels")
+
+
+def test_install_all_puts_lbctl_on_bare_nodes_and_uninstall_all_takes_it_off(lab, fleet):
+    """From the client, onto nodes that have only the system's python3 and
+    sshd: install --all, then apply --all brings a pair up with the lbctl
+    installed there; install again changes nothing; and after apply --remove
+    --all, uninstall --all leaves each node as it was found."""
+    spec = pair_edited(workers=lambda w: {"pi1": w["pi1"]},
+                       services=lambda s: {"web": s["web"]})
+    path = str(lab.write("fleet-installed", as_root(spec)))
+    before = {name: node_trace(lab, name) for name in INSTALLED}
+    fleet.use_installed(INSTALLED)
+    try:
+        # The nodes' PATH has no lbctl but the one install puts there.
+        bare = fleet.lbctl_all("plan", path)
+        assert bare.returncode != 0
+        assert bare.stdout.count("lbctl is not installed (or not on the PATH); put this lbctl "
+                                 "there from here: lbctl install FILE --all") == 3, bare.stdout
+        installed = fleet.lbctl_all("install", path, "--wheels", NODE_WHEELS, timeout=1200)
+        measured("install --all: 3 bare nodes, offline", seconds=f"{installed.seconds:.1f}",
+                 nodes=node_seconds(installed.stdout))
+        assert installed.returncode == 0, installed.stdout + installed.stderr
+        assert installed.stdout.endswith(
+            "installed on 3 of 3 node(s); changed: lb1, lb2, pi1\n"), installed.stdout
+        for name in INSTALLED:
+            link = os.path.join(lab.nodes[name].root, "usr/local/sbin/lbctl")
+            assert os.readlink(link) == os.path.join(lab.nodes[name].root, "opt/lbctl/bin/lbctl")
+
+        up = fleet.lbctl_all("apply", path)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "applied on 3 node(s)" in up.stdout, up.stdout
+        lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
+        lab.wait_for(lambda: set(lab.ask(f"http://{WEB_VIP}/", 4)) == {"served by pi1"},
+                     timeout=30, what="the pair serving through the installed lbctl")
+
+        again = fleet.lbctl_all("install", path, "--wheels", NODE_WHEELS)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.stdout.endswith(
+            "installed on 3 of 3 node(s); nothing to change: lb1, lb2, pi1\n"), again.stdout
+
+        refused = fleet.lbctl_all("uninstall", path)
+        assert refused.returncode == 1
+        assert refused.stdout.count("lbctl still holds cluster lab here") == 3, refused.stdout
+        removed = fleet.lbctl_all("apply", path, "--remove")
+        assert removed.returncode == 0, removed.stdout + removed.stderr
+        gone = fleet.lbctl_all("uninstall", path)
+        assert gone.returncode == 0, gone.stdout + gone.stderr
+        assert gone.stdout.endswith("taken off 3 of 3 node(s); changed: lb1, lb2, pi1\n"), \
+            gone.stdout
+        after = {name: node_trace(lab, name) for name in INSTALLED}
+        for name in INSTALLED:
+            assert lbctls_doing(trace_changes(before[name], after[name])) == {}, name
+    finally:
+        fleet.use_installed([])

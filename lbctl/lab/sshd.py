@@ -29,6 +29,9 @@ class LabSsh:
         self.lab = lab
         self.cold = set(cold)
         self.claiming = set()  # nodes whose lbctl claims another version
+        # Nodes that find only what `lbctl install --all` put there: the
+        # system's python3, and lbctl at their root's /usr/local/sbin.
+        self.installed = set()
         self.dir = os.path.join(lab.workdir, "ssh")
         self.config = os.path.join(self.dir, "ssh_config")
         self.processes = {}
@@ -72,7 +75,11 @@ class LabSsh:
         return path
 
     def _sshd_config(self, node, version=None):
-        if version is not None:
+        path = f"{os.path.dirname(sys.executable)}:/usr/sbin:/usr/bin:/sbin:/bin"
+        if node.name in self.installed:
+            bin_dir = os.path.join(node.root, "usr/local/sbin")
+            path = "/usr/sbin:/usr/bin:/sbin:/bin"
+        elif version is not None:
             bin_dir = self._lbctl_claiming(node, version)
             self.claiming.add(node.name)
         else:
@@ -94,8 +101,16 @@ class LabSsh:
             # Debian .bashrc returns at once for such a shell; SHLVL=1 makes
             # bash skip it altogether, as a second-level shell does.
             f"SetEnv SHLVL=1 LBCTL_ROOT={node.root} "
-            f"PATH={bin_dir}:{os.path.dirname(sys.executable)}:/usr/sbin:/usr/bin:/sbin:/bin",
+            f"PATH={bin_dir}:{path}",
             ""]))
+
+    def use_installed(self, names):
+        """From the next login on, the nodes `names`, and no others, have
+        nothing of this lbctl: only what `lbctl install --all` puts there."""
+        changed, self.installed = self.installed ^ set(names), set(names)
+        for name in sorted(changed):
+            self.stop(name)
+            self.start(name)
 
     def make_cold(self, names):
         """From the next login on, the nodes `names`, and no others, run the
