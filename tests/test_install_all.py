@@ -126,6 +126,11 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     assert code == 0, text
     assert f"lbctl {lbctl.__version__}: installed already" in text
     assert text.endswith("installed on 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
+    # Compiled ahead, but for scapy, which only root's doctor imports.
+    site = next((tmp_path / "nodes" / "pi1" / "opt/lbctl/lib").glob("python3*/site-packages"))
+    assert list((site / "lbctl").glob("__pycache__/cli.*.pyc"))
+    assert list((site / "yaml").glob("__pycache__/*.pyc"))
+    assert not list((site / "scapy").rglob("*.pyc"))
     # No copy of pip in the venv: the system's wheel runs pip for it.
     assert not list((tmp_path / "nodes" / "lb1" / "opt/lbctl").rglob("pip")), \
         "the venv holds a copy of pip"

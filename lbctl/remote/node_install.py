@@ -26,6 +26,8 @@ WHEEL = re.compile(r"lbctl-([0-9][A-Za-z0-9.+]*)-py3-none-any\.whl")
 DEPENDENCY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*\.(whl|tar\.gz|zip)")
 SYSTEM_UID_MAX = 999
 APT_LOCK_SECONDS = 600
+# compileall's -x: the packages compile_ahead leaves to their first use.
+ROOT_ONLY = r"/site-packages/scapy/"
 # Debian's pip as a wheel (python3-pip-whl, which python3-venv depends on).
 # pip runs from it for the venv's Python, so none is copied into the venv:
 # ensurepip's copy took longer than the rest of the install on a slow
@@ -179,12 +181,14 @@ def install_wheel(pip, python, venv, wheel, version, wheels):
         return False
     before = installed_version(python)
     # No cache: a node installs lbctl once a release, and uninstall leaves nothing.
-    pip = [*pip, "install", "-q", "--disable-pip-version-check", "--no-cache-dir"]
+    pip = [*pip, "install", "-q", "--disable-pip-version-check", "--no-cache-dir",
+           "--no-compile"]
     if wheels is not None:
         pip += ["--no-index", "--find-links", wheels]
     if before == version:
         pip += ["--force-reinstall", "--no-deps"]  # another build of the same version
     run([*pip, wheel])
+    compile_ahead(python, venv)
     os.makedirs(kept_dir, exist_ok=True)
     for old in os.listdir(kept_dir):
         if WHEEL.fullmatch(old):
@@ -193,6 +197,20 @@ def install_wheel(pip, python, venv, wheel, version, wheels):
     say(f"lbctl {version}: " + (f"upgraded from {before}" if before not in (None, version)
                                 else "installed"))
     return True
+
+
+def compile_ahead(python, venv):
+    """Byte-compile what the venv holds, but for the packages only root
+    imports (doctor's scapy, half of pip's install time on its own): root's
+    first use compiles what it needs and keeps it.  The rest is compiled
+    now, since a command run by another user, or the exporter's unit as
+    its dynamic user, may not write the venv and would compile it anew at
+    each start."""
+    for site in glob.glob(os.path.join(venv, "lib", "python3*", "site-packages")):
+        done = subprocess.run([python, "-I", "-m", "compileall", "-q", "-x", ROOT_ONLY, site],
+                              capture_output=True, text=True, cwd="/")
+        if done.returncode != 0:  # as pip's own compiling: slower starts, not a failure
+            say(f"compiling {site}: not every file compiled: {last_line(done)}")
 
 
 def installed_version(python):
