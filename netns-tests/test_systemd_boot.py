@@ -18,6 +18,7 @@ import pytest
 from clusters import write_cluster
 from conftest import measured
 from lbctl.config import load_cluster
+from lbctl.errors import LabError
 from lbctl.lab.systemd import BootedNodes
 from lbctl.lab.topology import Lab
 
@@ -219,10 +220,19 @@ def test_a_balancer_upgraded_then_power_cycled_comes_back_from_its_units(booted)
     booted.power_cycle("lb1")
     measured("systemd lab: balancer power cycle", seconds=f"{time.monotonic() - started:.1f}")
     # keepalived's unit announced the VIP it put back: the client's cache
-    # moved to lb1 before the client sent it anything.
-    booted.lab.wait_for(lambda: cached_mac(booted.lab, VIP) == booted.lab.mac("lb1"),
-                        timeout=10, what="the client to learn the VIP's MAC from lb1's "
-                        "announcement")
+    # moved to lb1 before the client sent it anything.  Within 30 s: the
+    # unit's start may come after the boot finished (a restart 5 s after a
+    # failed one), and its announcement runs a Python of its own, which the
+    # suite's other modules can slow to seconds on the emulated CPUs.
+    try:
+        booted.lab.wait_for(lambda: cached_mac(booted.lab, VIP) == booted.lab.mac("lb1"),
+                            timeout=30, what="the client to learn the VIP's MAC from lb1's "
+                            "announcement")
+    except LabError as exc:
+        journal = booted.run("lb1", ["journalctl", "-b", "-u", KEEPALIVED_UNIT, "--no-pager",
+                                     "-o", "short-monotonic"]).stdout
+        raise AssertionError(f"{exc}\n--- lb1's {KEEPALIVED_UNIT} this boot:\n"
+                             + "\n".join(journal.splitlines()[-40:])) from None
     assert booted.is_active("lb1", KEEPALIVED_UNIT) == "active"
     assert booted.failed_units("lb1") == []
     eth0 = booted.run("lb1", ["ip", "-4", "-o", "address", "show", "dev", "eth0"]).stdout
