@@ -154,9 +154,11 @@ def test_apply_all_brings_a_fresh_cluster_up_in_order(lab, fleet, pair_file):
     measured("apply --all: fresh pair, 3 workers", seconds=f"{up.seconds:.1f}",
              nodes=node_seconds(up.stdout))
     assert up.returncode == 0, up.stdout + up.stderr
-    # Workers first, then the backup, then the master.
+    # Workers first, then the balancers: on a pair where no keepalived runs
+    # yet, the master-to-be first (the first to run becomes master).
     order = order_of(up.stdout)
-    assert set(order[:3]) == {"pi1", "pi2", "pi3"} and order[3:] == ["lb2", "lb1"], up.stdout
+    assert set(order[:3]) == {"pi1", "pi2", "pi3"} and order[3:] == ["lb1", "lb2"], up.stdout
+    assert "applying on master balancer lb1" in up.stderr, up.stderr
     assert "applied on 5 node(s)" in up.stdout
     lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
     served = set(lab.ask(f"http://{WEB_VIP}/", 12))

@@ -205,9 +205,10 @@ def _apply(lab, cell, spec, serving, vip):
     # Every node's plan was shown before the question, and applied after it.
     assert sorted(order_of(done.plans)) == sorted([*serving, *WORKERS]), done.stderr
     order = order_of(done.stdout)
-    # Workers first, then the balancers one at a time: a pair's backup before its master.
+    # Workers first, then the balancers one at a time: a fresh pair's
+    # master-to-be first (the first keepalived to run becomes master).
     assert set(order[:3]) == set(WORKERS), done.stdout
-    expected = ["lb2", "lb1"] if spec is PAIR else serving
+    expected = ["lb1", "lb2"] if spec is PAIR else serving
     assert order[3:] == expected, done.stdout
     assert f"applied on {len(serving) + 3} node(s)" in done.stdout, done.stdout
     for node in serving:

@@ -39,9 +39,16 @@ def test_workers_first_then_the_backup_then_the_master_as_they_are_now():
     # lb2 is master after a failover without preemption: it goes last.
     assert stages(PAIR, {"lb1": "BACKUP", "lb2": "MASTER"}) == [
         ("workers", ["pi1", "pi2"]), ("backup balancer", ["lb1"]), ("master balancer", ["lb2"])]
-    # Nothing reported (keepalived not running yet): the lower priority goes first.
+    # Nothing reported: the lower priority goes first.
     assert stages(PAIR, {}) == [
         ("workers", ["pi1", "pi2"]), ("backup balancer", ["lb2"]), ("master balancer", ["lb1"])]
+    # Both answered and no keepalived runs yet: the first to start becomes
+    # master, and stays so without preemption, so the higher priority starts first.
+    assert stages(PAIR, {"lb1": None, "lb2": None}) == [
+        ("workers", ["pi1", "pi2"]), ("master balancer", ["lb1"]), ("backup balancer", ["lb2"])]
+    # Taking away a pair that runs nothing: the same order, the same names.
+    assert stages(PAIR, {"lb1": None, "lb2": None}, removing=True)[:2] == [
+        ("master balancer", ["lb1"]), ("backup balancer", ["lb2"])]
 
 
 def test_the_master_goes_first_when_what_its_adverts_carry_changes():
@@ -564,6 +571,9 @@ def test_balancer_order_backup_first_by_role_then_by_priority(text):
     assert order({"lb1": {"state": "BACKUP"}, "lb2": {"state": "MASTER"}}) == ["lb1", "lb2"]
     assert order({"lb1": {"state": "FAULT"}, "lb2": {"state": "MASTER"}}) == ["lb1", "lb2"]
     assert order({"lb1": {"state": "MASTER"}, "lb2": {}}) == ["lb2", "lb1"]
+    # Each answered, and none runs keepalived yet: the file's master first.
+    assert order({"lb1": {"state": None}, "lb2": {"state": None}}) == ["lb1", "lb2"]
+    assert order({"lb1": {"state": None}, "lb2": None}) == ["lb2", "lb1"]
     # A lone balancer of a pair's file (--node lb1) is simply itself.
     assert [t.node for t in balancer_order(cluster, balancers[:1], {})] == ["lb1"]
 

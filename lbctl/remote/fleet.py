@@ -24,7 +24,16 @@ def select(cluster, names=None):
 def balancer_order(cluster, balancers, reported):
     """Backup before master, so the master keeps serving while its peer changes.
     `reported` ({node: {"state", "advertised_addresses"}}) is what the balancers say
-    now; where they say nothing, the lower priority is taken as the backup."""
+    now; where they say nothing, the lower priority is taken as the backup.
+
+    A pair where no keepalived runs yet (each balancer answered, none with a
+    VRRP state) starts the other way, the higher priority first: the first
+    keepalived to run becomes master, and without preemption it stays master
+    when its peer starts, so backup first would make the file's backup the
+    pair's master."""
+    if starting_fresh(balancers, reported):
+        return sorted(balancers, key=lambda t: -(cluster.balancers[t.node].priority or 0))
+
     def rank(target):
         state = (reported.get(target.node) or {}).get("state")
         if state == "MASTER":
@@ -33,6 +42,12 @@ def balancer_order(cluster, balancers, reported):
             return (0, 0)
         return (1, cluster.balancers[target.node].priority or 0)
     return sorted(balancers, key=rank)
+
+
+def starting_fresh(balancers, reported):
+    """Every balancer of a pair answered, and none runs keepalived yet."""
+    said = [reported.get(t.node, None) for t in balancers]
+    return len(said) > 1 and all(r is not None and r.get("state") is None for r in said)
 
 
 def advert_changes(cluster, reported):
@@ -60,7 +75,8 @@ def rollout_stages(cluster, selected, balancers_now, removing=False):
 
     Workers first: a worker must hold the VIP before a balancer sends it
     traffic.  Then the backup balancer, then the master (the master first
-    when what the adverts carry changes: advert_changes()).  Taking lbctl
+    when what the adverts carry changes: advert_changes(); the master-to-be
+    first when no keepalived of the pair runs yet: balancer_order()).  Taking lbctl
     away goes the other way: the balancers stop sending traffic before the
     workers let go of the VIP.  `balancers_now()` is called only when the
     balancers are due, so asking them can overlap the workers' stage.
@@ -77,6 +93,8 @@ def rollout_stages(cluster, selected, balancers_now, removing=False):
         reported = balancers_now() if len(balancers) > 1 else {}
         ordered = balancer_order(cluster, balancers, reported)
         labels = ["backup balancer", "master balancer"] if len(ordered) == 2 else ["balancer"]
+        if len(ordered) == 2 and starting_fresh(balancers, reported):
+            labels.reverse()
         staged = list(zip(labels, ordered))
         if not removing and advert_changes(cluster, reported):
             staged.reverse()
