@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from clusters import DNS_VIP, PAIR, TOPOLOGY, WEB_VIP, pair_edited, write_cluster
 from conftest import ClusterLab, measured
@@ -433,61 +434,141 @@ def test_remove_all_leaves_no_trace_of_lbctl(lab, fleet, pair_file):
         assert after[name] == PRISTINE[name], name
 
 
-INSTALLED = ["lb1", "lb2", "pi1"]
 # The dependencies' wheels `./dev.sh setup` fetched: the lab VM has no network.
 NODE_WHEELS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            ".venv", "node-wheels")
+GUIDE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     "docs", "real-cluster.md")
+GUIDE_NODES = ["lb1", "lb2", "pi1", "pi2", "pi3"]
 
 
-def test_install_all_puts_lbctl_on_bare_nodes_and_uninstall_all_takes_it_off(lab, fleet):
-    """From the client, onto nodes that have only the system's python3 and
-    sshd: install --all, then apply --all brings a pair up with the lbctl
-    installed there; install again changes nothing; and after apply --remove
-    --all, uninstall --all leaves each node as it was found."""
-    spec = pair_edited(workers=lambda w: {"pi1": w["pi1"]},
-                       services=lambda s: {"web": s["web"]})
-    path = str(lab.write("fleet-installed", as_root(spec)))
-    before = {name: node_trace(lab, name) for name in INSTALLED}
-    fleet.use_installed(INSTALLED)
-    try:
-        # The nodes' PATH has no lbctl but the one install puts there.
-        bare = fleet.lbctl_all("plan", path)
-        assert bare.returncode != 0
-        assert bare.stdout.count("lbctl is not installed (or not on the PATH); put this lbctl "
-                                 "there from here: lbctl install FILE --all") == 3, bare.stdout
-        installed = fleet.lbctl_all("install", path, "--wheels", NODE_WHEELS, timeout=1200)
-        measured("install --all: 3 bare nodes, offline", seconds=f"{installed.seconds:.1f}",
-                 nodes=node_seconds(installed.stdout))
-        assert installed.returncode == 0, installed.stdout + installed.stderr
-        assert installed.stdout.endswith(
-            "installed on 3 of 3 node(s); changed: lb1, lb2, pi1\n"), installed.stdout
-        for name in INSTALLED:
-            link = os.path.join(lab.nodes[name].root, "usr/local/sbin/lbctl")
-            assert os.readlink(link) == os.path.join(lab.nodes[name].root, "opt/lbctl/bin/lbctl")
+def guide_steps(text):
+    """docs/real-cluster.md as the lab acts it out, in order: ("file", the
+    cluster file's YAML), ("run", argv, the exit status its comment names
+    (0 if none), the output shown after it or None) for each `lbctl` or
+    `ssh` line of a sh block, and ("lab", what) for a `<!-- lab: ... -->`
+    mark, where a person acts by hand (pulls a cable)."""
+    import shlex
 
-        up = fleet.lbctl_all("apply", path)
-        assert up.returncode == 0, up.stdout + up.stderr
-        assert "applied on 3 node(s)" in up.stdout, up.stdout
-        lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER", what="lb1 master")
-        lab.wait_for(lambda: set(lab.ask(f"http://{WEB_VIP}/", 4)) == {"served by pi1"},
-                     timeout=30, what="the pair serving through the installed lbctl")
+    steps, fence, block, waiting_for_file = [], None, [], False
+    for line in text.splitlines():
+        if fence is None:
+            if line.startswith("```"):
+                fence, block = line[3:].strip(), []
+            elif line.startswith("<!-- lab: ") and line.endswith(" -->"):
+                what = line[len("<!-- lab: "):-len(" -->")]
+                waiting_for_file = what == "the cluster file"
+                if not waiting_for_file:
+                    steps.append(("lab", what))
+            elif line.strip():
+                waiting_for_file = False
+            continue
+        if not line.startswith("```"):
+            block.append(line)
+            continue
+        if fence == "yaml" and waiting_for_file:
+            steps.append(("file", "\n".join(block) + "\n"))
+            waiting_for_file = False
+        elif fence == "sh":
+            for command in block:
+                words = shlex.split(command, comments=True)
+                if words[:1] in (["lbctl"], ["ssh"]):
+                    exits = re.search(r"# exits (\d+)", command)
+                    steps.append(["run", words, int(exits[1]) if exits else 0, None])
+        elif fence == "text" and steps and steps[-1][0] == "run" and steps[-1][3] is None:
+            steps[-1][3] = block
+        fence = None
+    return [tuple(step) for step in steps]
 
-        again = fleet.lbctl_all("install", path, "--wheels", NODE_WHEELS)
-        assert again.returncode == 0, again.stdout + again.stderr
-        assert again.stdout.endswith(
-            "installed on 3 of 3 node(s); nothing to change: lb1, lb2, pi1\n"), again.stdout
 
-        refused = fleet.lbctl_all("uninstall", path)
-        assert refused.returncode == 1
-        assert refused.stdout.count("lbctl still holds cluster lab here") == 3, refused.stdout
-        removed = fleet.lbctl_all("apply", path, "--remove")
-        assert removed.returncode == 0, removed.stdout + removed.stderr
-        gone = fleet.lbctl_all("uninstall", path)
-        assert gone.returncode == 0, gone.stdout + gone.stderr
-        assert gone.stdout.endswith("taken off 3 of 3 node(s); changed: lb1, lb2, pi1\n"), \
-            gone.stdout
-        after = {name: node_trace(lab, name) for name in INSTALLED}
-        for name in INSTALLED:
-            assert lbctls_doing(trace_changes(before[name], after[name])) == {}, name
-    finally:
-        fleet.use_installed([])
+def _shown(text):
+    """Output lines as the guide compares them: durations and counts that
+    vary between runs read as N."""
+    return re.sub(r"\b\d+(\.\d+)?s\b", "Ns", text.rstrip())
+
+
+def test_the_first_hour_guide_runs_as_written(lab, fleet):
+    """docs/real-cluster.md, from a client onto nodes with nothing of lbctl
+    but the system's python3 and sshd: each of its lbctl and ssh commands
+    run in order, each exits as the guide says, and prints every line the
+    guide shows after it (... elides).  The cable it pulls is pulled.  The
+    lab differs from a laptop in three things only: ssh logs in as root
+    (sudo is still asked for), the nodes install offline (--wheels), and the
+    wheel is this checkout's.  In the end each node is as it was found:
+    install, apply, uninstall left nothing behind."""
+    from lbctl.commands import cluster_install
+
+    steps = guide_steps(open(GUIDE).read())
+    ((_, spec),) = [s for s in steps if s[0] == "file"]
+    assert "  user: pi\n" in spec, spec
+    path = lab.files / "cluster.yaml"
+    path.write_text(spec.replace("  user: pi\n", "  user: root\n"))
+    before = {name: node_trace(lab, name) for name in GUIDE_NODES}
+    fleet.use_installed(GUIDE_NODES)
+    with cluster_install._wheel(None) as wheel:
+        try:
+            for step in steps:
+                if step[0] == "lab":
+                    act_out(lab, step[1], yaml.safe_load(spec)["cluster"])
+                elif step[0] == "run":
+                    _, words, exits, shown = step
+                    done = run_from_the_guide(fleet, words, str(path), wheel)
+                    output = (done.stdout + done.stderr).replace(str(path), "cluster.yaml")
+                    said = f"$ {' '.join(words)}   (exit {done.returncode})\n{output}"
+                    print(said)  # what the guide's samples are taken from
+                    if words[1:2] == ["install"] and "nothing to change" not in output:
+                        measured("install --all: 5 bare nodes, offline",
+                                 seconds=f"{done.seconds:.1f}", nodes=node_seconds(output))
+                    assert done.returncode == exits, said
+                    printed = {_shown(line) for line in output.splitlines()}
+                    missing = [line for line in shown or () if line.strip() != "..."
+                               and _shown(line) not in printed]
+                    assert not missing, f"the guide shows {missing}, but:\n{said}"
+        finally:
+            fleet.use_installed([])
+    after = {name: node_trace(lab, name) for name in GUIDE_NODES}
+    for name in GUIDE_NODES:
+        assert lbctls_doing(trace_changes(before[name], after[name])) == {}, name
+
+
+def run_from_the_guide(fleet, words, path, wheel):
+    """One command of the guide, from the client: `cluster.yaml` is the
+    lab's file; apply --all (with or without --remove) on a terminal,
+    answered y, as a person runs it."""
+    import subprocess
+
+    if words[0] == "ssh":
+        user, _, host = words[-2].partition("@") if "@" in words[-2] else ("", "", words[-2])
+        argv = ["ssh", "-F", fleet.config, *words[1:-2], f"root@{host}", words[-1]]
+        return fleet.lab.sh("client", argv, check=False)
+    args = [path if w == "cluster.yaml" else w for w in words[1:]]
+    if "--wheel" in args:
+        args[args.index("--wheel") + 1] = wheel
+        args += ["--wheels", NODE_WHEELS]
+    if args[0] == "apply" and "--all" in args and "--yes" not in args:
+        args.remove("--all")
+        status, shown, asked = fleet.lbctl_all_on_a_terminal(*args, answer="y\n")
+        assert asked, shown
+        done = subprocess.CompletedProcess(args, status, shown, "")
+        done.seconds = 0.0
+        return done
+    if "--all" in args:
+        args += ["--ssh-config", fleet.config]
+    return fleet.from_client(args, timeout=1200)
+
+
+def act_out(lab, what, cluster):
+    """What a person does by hand at a `<!-- lab: ... -->` mark of the guide."""
+    if what == "pull lb1's cable":
+        lab.set_link("lb1", False)
+        lab.wait_for(lambda: lab.vrrp_state("lb2", cluster) == "MASTER", what="lb2 to take over")
+    elif what == "plug lb1's cable back in":
+        lab.set_link("lb1", True)
+        lab.wait_for(lambda: lab.vrrp_state("lb1", cluster) == "BACKUP",
+                     what="lb1 back as the backup")
+    elif what == "the pair serves":
+        lab.wait_for(lambda: set(lab.ask(f"http://{WEB_VIP}/", 6)) ==
+                     {"served by pi1", "served by pi2", "served by pi3"}, timeout=30,
+                     what="the pair serving through the lbctl installed on the nodes")
+    else:
+        raise AssertionError(f"the guide marks a step the lab does not know: {what!r}")

@@ -40,10 +40,11 @@ class Observations:
         while self.keepalived_pids(node) and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def vrrp_state(self, node):
-        """MASTER, BACKUP or FAULT as keepalived's notify hook last recorded it."""
+    def vrrp_state(self, node, cluster_name=None):
+        """MASTER, BACKUP or FAULT as keepalived's notify hook last recorded it,
+        for the lab's cluster or the one named."""
         try:
-            with open(self.path(node, "vrrp_state")) as fh:
+            with open(self.path(node, "vrrp_state", cluster_name=cluster_name)) as fh:
                 return fh.read().split()[0]
         except (OSError, IndexError):
             return None
