@@ -493,7 +493,7 @@ def test_the_first_hour_guide_runs_as_written(lab, fleet):
     run in order, each exits as the guide says, and prints every line the
     guide shows after it (... elides).  The cable it pulls is pulled.  The
     lab differs from a laptop in three things only: ssh logs in as root
-    (sudo is still asked for), the nodes install offline (--wheels), and the
+    (lbctl there runs without sudo), the nodes install offline (--wheels), and the
     wheel is this checkout's.  In the end each node is as it was found:
     install, apply, uninstall left nothing behind."""
     from lbctl.commands import cluster_install
