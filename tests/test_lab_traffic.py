@@ -116,6 +116,20 @@ def test_downloads_say_they_started_only_once_they_can_be_hurried():
         [(True, len(BlobHandler.BODY), None)] * 3
 
 
+def test_a_hurry_that_comes_as_the_downloads_end_is_ignored(server):
+    """The interpreter's exit puts a handled signal back to its default
+    action, which for SIGUSR1 ends the process: a test that hurries
+    downloads just done would lose their report.  Done, the client ignores it."""
+    from lbctl.lab.traffic import slow_downloads
+
+    before = signal.getsignal(signal.SIGUSR1)
+    try:
+        slow_downloads("127.0.0.1", server.server_address[1], 1, "/", 1 << 20)
+        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR1, before)
+
+
 class FirstSlowHandler(SlowHandler):
     """Slower than the client's patience for the first request only."""
     served = 0

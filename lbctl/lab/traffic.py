@@ -81,7 +81,16 @@ def steady_load(address, port, seconds, interval, timeout, path="/"):
         ok, body = _get(address, port, path, timeout)
         records.append((start, time.time(), ok, body))
         next_start = max(next_start + interval, time.time())
+    _ignore_from_now_on(signal.SIGINT)
     return records
+
+
+def _ignore_from_now_on(signum):
+    """A stop or hurry that comes as the client ends must not kill it: the
+    interpreter's exit puts a signal Python handled back to its default
+    action (for SIGINT and SIGUSR1: the end of the process, and its report
+    with it), but leaves one it ignores ignored."""
+    signal.signal(signum, signal.SIG_IGN)
 
 
 def probes(address, port, seconds, interval, timeout, path="/", retries=0, retry_delay=1.0):
@@ -189,6 +198,7 @@ def slow_downloads(address, port, count, path, rate, rcvbuf=16384, timeout=120):
     for key in list(sel.get_map().values()):
         key.data["error"] = "timed out"
         key.fileobj.close()
+    _ignore_from_now_on(signal.SIGUSR1)
     report = []
     for state in results:
         head, _, body = bytes(state["data"]).partition(b"\r\n\r\n")
