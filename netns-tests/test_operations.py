@@ -210,6 +210,13 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
 
 
 def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
+    # 1 s adverts, applied before the load: with 100 ms ones a reload on the
+    # busy emulated CPUs can hand the VIP to lb2 for a moment and reset a
+    # request (clusters.steady_pair).
+    pair = lab.write("pair-steady", steady_pair())
+    for node, result in lab.apply_all(pair).items():
+        assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
+    lab.wait_for_roles(timeout=60)
     capture = lab.start_capture()
     load = lab.start_load()
     # A drain cut short on lb1 right after it wrote its record: apply finishes it.
@@ -236,7 +243,7 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
     # A planned failover in the middle of the drain (lb1's priority lowered by
     # an apply): lb2 takes over, and pi2 stays out.  (A cut cable would also
     # reset the connections in flight that the sync daemon had not sent yet.)
-    lowered = lab.write("pair-lb1-lowered", pair_edited(
+    lowered = lab.write("pair-lb1-lowered", steady_pair(
         balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 50}}))
     for node, result in lab.apply_all(lowered).items():
         assert result.returncode == 0, f"{node}: {result.stdout}{result.stderr}"
