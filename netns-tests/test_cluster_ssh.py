@@ -482,8 +482,8 @@ def guide_steps(text):
 
 
 def _shown(text):
-    """Output lines as the guide compares them: durations and counts that
-    vary between runs read as N."""
+    """Output lines as the guide compares them: durations, which vary
+    between runs, read as Ns."""
     return re.sub(r"\b\d+(\.\d+)?s\b", "Ns", text.rstrip())
 
 
@@ -538,7 +538,7 @@ def run_from_the_guide(fleet, words, path, wheel):
     import subprocess
 
     if words[0] == "ssh":
-        user, _, host = words[-2].partition("@") if "@" in words[-2] else ("", "", words[-2])
+        host = words[-2].rpartition("@")[2]  # the guide's user; the lab logs in as root
         argv = ["ssh", "-F", fleet.config, *words[1:-2], f"root@{host}", words[-1]]
         return fleet.lab.sh("client", argv, check=False)
     args = [path if w == "cluster.yaml" else w for w in words[1:]]

@@ -110,13 +110,13 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
     docs/operations.md."""
     lab.ensure_web_server("pi4")
 
-    live = steady_pair  # a reweight reset a request one run in three with 100 ms adverts
-    with_pi4 = live(workers=lambda w: {**w, "pi4": PI4})
+    # steady_pair: with 100 ms adverts a reweight reset a request one run in three.
+    with_pi4 = steady_pair(workers=lambda w: {**w, "pi4": PI4})
     web = PAIR["services"]["web"]
-    slower = live(services=lambda s: {
+    slower = steady_pair(services=lambda s: {
         **s, "web": {**web, "health": {**web["health"], "timeout": "600ms"}}})
-    lowered = live(balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 50}})
-    reweighted = live(workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 3}})
+    lowered = steady_pair(balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 50}})
+    reweighted = steady_pair(workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 3}})
     windows = {}
 
     def add_pi4():
@@ -127,14 +127,14 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
     def remove_pi4():
         # Not forced: a balancer with downloads on pi4 keeps it at weight 0
         # until they end.
-        _applied_everywhere(lab, live(), "live-without-pi4")
+        _applied_everywhere(lab, steady_pair(), "live-without-pi4")
         _on_both_until(lab, lambda n: not ipvs_web_weights(lab, n).get("192.168.100.7:80"),
                        "pi4 out of rotation on both balancers")
 
     def reweight():
         _applied_everywhere(lab, reweighted, "live-pi3-weight-3")
         _on_both_until(lab, lambda n: weight_of(lab, n, "pi3") == 3, "pi3 at weight 3")
-        _applied_everywhere(lab, live(), "live-pi3-weight-2")
+        _applied_everywhere(lab, steady_pair(), "live-pi3-weight-2")
         _on_both_until(lab, lambda n: weight_of(lab, n, "pi3") == 2, "pi3 at weight 2")
 
     def reload():
@@ -142,7 +142,7 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
         _applied_everywhere(lab, slower, "live-slower-check")
         assert {node: lab.keepalived_pids(node)[0] for node in BALANCERS} == pids
         time.sleep(3)  # the new checkers' first rounds
-        _applied_everywhere(lab, live(), "live-check-back")
+        _applied_everywhere(lab, steady_pair(), "live-check-back")
 
     def fail_over():
         _applied_everywhere(lab, lowered, "live-lb1-lowered")
@@ -150,11 +150,11 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
         time.sleep(2)
 
     def fail_back():
-        _applied_everywhere(lab, live(), "live-lb1-back")
+        _applied_everywhere(lab, steady_pair(), "live-lb1-back")
         lab.wait_for_roles(timeout=60)
         time.sleep(2)
 
-    _applied_everywhere(lab, live(), "live-pair")  # the adverts before the load starts
+    _applied_everywhere(lab, steady_pair(), "live-pair")  # the adverts before the load starts
     lab.wait_for_roles(timeout=60)
     steps = [("add a worker", add_pi4),
              ("remove a worker", remove_pi4),
