@@ -1,6 +1,7 @@
 """Small builders shared by the unit tests."""
 
 import json
+import time
 from pathlib import Path
 
 from lbctl.config.load import parse_document
@@ -104,7 +105,7 @@ def node_status(role="balancer", **fields):
 def keepalived_status(**fields):
     """One cluster's entry under a status's "keepalived", `fields` changed."""
     return {"pair": True, "mode": "failover", "vrrp": None, "transitions": 0, "health": [],
-            "advertised_addresses": None, **fields}
+            "advertised_addresses": None, "running": True, **fields}
 
 
 def service_status(service="tcp 192.168.100.10:80", real_servers=(), **fields):
@@ -131,3 +132,38 @@ def applied_here(root, text):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(content)
     return cluster
+
+
+class KeepalivedRunning:
+    """A live process that status takes for the cluster's keepalived: its
+    command line names the cluster's keepalived.conf under `root`, and its
+    pid is in keepalived's pid file there.  A context manager."""
+
+    def __init__(self, root, cluster="pi-web"):
+        from lbctl.layout import Layout
+
+        self.layout = Layout(cluster, str(root))
+
+    def __enter__(self):
+        import subprocess
+        import sys
+
+        conf = self.layout.real(self.layout.conf)
+        self.proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", conf])
+        pid_file = Path(self.layout.real(self.layout.pid_file()))
+        pid_file.parent.mkdir(parents=True, exist_ok=True)
+        pid_file.write_text(f"{self.proc.pid}\n")
+        # Popen may return while the child's exec is still setting up its new
+        # memory, whose command line then reads empty.
+        from lbctl.adapters.process import DaemonProcess
+
+        seen = DaemonProcess(self.layout, "keepalived", self.layout.conf)
+        deadline = time.monotonic() + 10
+        while seen.pid() != self.proc.pid:
+            assert time.monotonic() < deadline, "the stand-in keepalived never showed its config"
+            time.sleep(0.01)
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()

@@ -7,7 +7,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from helpers import PI_SINGLE, applied_here, cluster_from
+from helpers import PI_SINGLE, KeepalivedRunning, applied_here, cluster_from
 from lbctl.adapters.files import FilesRoot
 from lbctl.adapters.protocols import IpvsDest, IpvsService, IpvsSnapshot, SyncDaemon
 from lbctl.commands.exporter import parse_listen
@@ -59,7 +59,8 @@ def test_health_drain_weights_vrrp_sync_drift_and_last_apply(tmp_path):
         IpvsDest(IPv4Address("192.168.100.4"), 80, 0, 3),
         IpvsDest(IPv4Address("192.168.100.6"), 80, 0, 3)))],
         [SyncDaemon("master", "eth0", 51, "224.0.0.81", 8848)], {})
-    got = scrape(tmp_path, table, drift=lambda cluster: 2)
+    with KeepalivedRunning(tmp_path):
+        got = scrape(tmp_path, table, drift=lambda cluster: 2)
     web = {"cluster": "pi-web", "service": "web"}
     assert value(got, "lbctl_worker_healthy", **web, worker="pi1") == 1
     assert value(got, "lbctl_worker_healthy", **web, worker="pi2") == 0
@@ -80,6 +81,17 @@ def test_health_drain_weights_vrrp_sync_drift_and_last_apply(tmp_path):
     assert value(got, "lbctl_drift_changes", cluster="pi-web") == 2
     assert value(got, "lbctl_last_apply_timestamp_seconds", cluster="pi-web") == 400
     assert value(got, "lbctl_last_apply_success", cluster="pi-web") == 0
+
+
+def test_a_keepalived_killed_as_master_is_in_no_role(tmp_path):
+    # A kill runs no notify hook: the record still says MASTER.
+    state_dir(tmp_path, vrrp="MASTER 300\n")
+    with KeepalivedRunning(tmp_path):
+        assert value(scrape(tmp_path), "lbctl_vrrp_state", cluster="pi-web", state="MASTER") == 1
+    got = scrape(tmp_path)
+    assert value(got, "lbctl_vrrp_state", cluster="pi-web", state="MASTER") == 0
+    assert value(got, "lbctl_vrrp_state", cluster="pi-web", state="STOP") == 1
+    assert value(got, "lbctl_vrrp_state_since_seconds", cluster="pi-web") is None
 
 
 def test_a_damaged_drain_record_shows(tmp_path):

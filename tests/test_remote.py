@@ -574,6 +574,18 @@ def test_balancer_order_backup_first_by_role_then_by_priority(text):
     # Each answered, and none runs keepalived yet: the file's master first.
     assert order({"lb1": {"state": None}, "lb2": {"state": None}}) == ["lb1", "lb2"]
     assert order({"lb1": {"state": None}, "lb2": None}) == ["lb2", "lb1"]
+    # Stopped on both nodes (a clean stop records STOP; a kill leaves the
+    # last role): as fresh as a pair that never ran.
+    assert order({"lb1": {"state": "STOP"}, "lb2": {"state": "STOP"}}) == ["lb1", "lb2"]
+    assert order({"lb1": {"state": "BACKUP", "running": False},
+                  "lb2": {"state": "MASTER", "running": False}}) == ["lb1", "lb2"]
+    # One runs: the other goes first, whatever the stopped one recorded.
+    assert order({"lb1": {"state": "MASTER", "running": False},
+                  "lb2": {"state": "MASTER", "running": True}}) == ["lb1", "lb2"]
+    assert order({"lb1": {"state": "STOP"}, "lb2": {"state": "BACKUP"}}) == ["lb2", "lb1"]
+    # A keepalived that runs but has recorded no role yet is no fresh start.
+    assert order({"lb1": {"state": None, "running": False},
+                  "lb2": {"state": None, "running": True}}) == ["lb2", "lb1"]
     # A lone balancer of a pair's file (--node lb1) is simply itself.
     assert [t.node for t in balancer_order(cluster, balancers[:1], {})] == ["lb1"]
 
@@ -613,7 +625,8 @@ def test_balancers_now_reads_each_pair_balancer_and_none_for_an_answer_it_cannot
         return {t.node: Outcome(t, 0, answers[t.node], "") for t in targets_}
     monkeypatch.setattr(fleet, "run_on_each", on_each)
     found = fleet.balancers_now(cluster, select(cluster), None)
-    assert found == {"lb1": {"state": "MASTER", "advertised_addresses": ["169.254.255.1"]},
+    assert found == {"lb1": {"state": "MASTER", "advertised_addresses": ["169.254.255.1"],
+                             "running": True},
                      "lb2": None}
     assert sorted(asked) == [(n, ("status", "-", "--node", n, "--json", "--no-drift"))
                              for n in ("lb1", "lb2")]  # workers are not asked
@@ -623,7 +636,7 @@ def test_balancers_now_reads_each_pair_balancer_and_none_for_an_answer_it_cannot
                 '{"keepalived": {"pi-web": {"vrrp": {"state": ["MASTER"]}}}}'):
         answers["lb2"] = bad
         assert fleet.balancers_now(cluster, select(cluster), None)["lb2"] in (
-            None, {"state": None, "advertised_addresses": None}), bad
+            None, {"state": None, "advertised_addresses": None, "running": False}), bad
 
 
 # --- mode ecmp: the next balancer only once the last one serves again --------

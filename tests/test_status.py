@@ -6,6 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from helpers import KeepalivedRunning
+
 from lbctl.status.model import NodeStatus
 from lbctl.status.render import format_status
 
@@ -101,12 +103,31 @@ def test_a_keepalived_balancer_shows_vrrp_state_and_each_workers_health(tmp_path
     (state / "health.web@pi1").write_text("up 1000.0\n")
     (state / "health.web@pi.2").write_text("down 1090.0\n")
     (state / "check.web@pi1").write_text("up 0\n")  # lbctl-check's own counter, not health
-    states = keepalived_states(str(tmp_path))
+    with KeepalivedRunning(tmp_path):
+        states = keepalived_states(str(tmp_path))
+    assert states["pi-web"].running is True
     assert [h.worker for h in states["pi-web"].health] == ["pi.2", "pi1"]
     text = format_status(replace(NodeStatus.from_json(BALANCER), keepalived=states), now=1100.0)
     assert "keepalived for cluster pi-web: VRRP MASTER for 100s" in text
     assert "health web/pi1: up for 100s" in text
     assert "health web/pi.2: down for 10s" in text
+
+
+def test_a_keepalived_that_stopped_shows_not_running_and_its_last_role(tmp_path):
+    from lbctl.status.collect import keepalived_states
+
+    state = tmp_path / "run/lbctl/pi-web/state"
+    state.mkdir(parents=True)
+    (state / "vrrp").write_text("MASTER 1000.5\n")  # a kill leaves the last role
+    with KeepalivedRunning(tmp_path) as keepalived:
+        pid = keepalived.proc.pid
+    # Its pid file names a process that has gone (or, after a while, another).
+    assert (tmp_path / "run/lbctl/pi-web/keepalived.pid").read_text() == f"{pid}\n"
+    states = keepalived_states(str(tmp_path))
+    assert states["pi-web"].running is False
+    text = format_status(replace(NodeStatus.from_json(BALANCER), keepalived=states), now=1100.0)
+    assert "keepalived for cluster pi-web: not running (VRRP MASTER when last recorded, 100s ago)" in text
+    assert "VRRP MASTER for 100s\n" not in text
 
 
 def test_hook_reports_are_read_against_the_config_keepalived_runs(tmp_path):
@@ -125,7 +146,8 @@ def test_hook_reports_are_read_against_the_config_keepalived_runs(tmp_path):
     (state / "health.dns@pi1").write_text("up 1000.0\n")  # dns has no checks now
     running = cluster_from(PI_SINGLE.replace(
         "scheduler: wrr", "scheduler: wrr, workers: [pi1, pi3], health: {http: {path: /}}"))
-    states = keepalived_states(str(tmp_path), [running])
+    with KeepalivedRunning(tmp_path):
+        states = keepalived_states(str(tmp_path), [running])
     assert states["pi-web"].vrrp is None
     assert [(h.service, h.worker, h.state) for h in states["pi-web"].health] == [
         ("web", "pi1", "up"), ("web", "pi3", None)]

@@ -23,11 +23,12 @@ def select(cluster, names=None):
 
 def balancer_order(cluster, balancers, reported):
     """Backup before master, so the master keeps serving while its peer changes.
-    `reported` ({node: {"state", "advertised_addresses"}}) is what the balancers say
-    now; where they say nothing, the lower priority is taken as the backup.
+    `reported` ({node: {"state", "advertised_addresses", "running"}}) is what the
+    balancers say now; where they say nothing, the lower priority is taken as
+    the backup.
 
-    A pair where no keepalived runs yet (each balancer answered, none with a
-    VRRP state) starts the other way, the higher priority first: the first
+    A pair where no keepalived runs (each balancer answered, none runs it)
+    starts the other way, the higher priority first: the first
     keepalived to run becomes master, and without preemption it stays master
     when its peer starts, so backup first would make the file's backup the
     pair's master."""
@@ -35,7 +36,8 @@ def balancer_order(cluster, balancers, reported):
         return sorted(balancers, key=lambda t: -(cluster.balancers[t.node].priority or 0))
 
     def rank(target):
-        state = (reported.get(target.node) or {}).get("state")
+        said = reported.get(target.node) or {}
+        state = said.get("state") if keepalived_runs(said) else None
         if state == "MASTER":
             return (2, 0)
         if state in ("BACKUP", "FAULT"):
@@ -45,9 +47,19 @@ def balancer_order(cluster, balancers, reported):
 
 
 def starting_fresh(balancers, reported):
-    """Every balancer of a pair answered, and none runs keepalived yet."""
+    """Every balancer of a pair answered, and none runs keepalived: not yet,
+    or no longer (a pair stopped on both nodes starts as a fresh one)."""
     said = [reported.get(t.node, None) for t in balancers]
-    return len(said) > 1 and all(r is not None and r.get("state") is None for r in said)
+    return len(said) > 1 and all(r is not None and not keepalived_runs(r) for r in said)
+
+
+def keepalived_runs(reported):
+    """Whether a balancer's keepalived runs, from what it `reported`.  An
+    lbctl that does not say ("running" None) is believed by its VRRP record,
+    which a clean stop leaves saying STOP."""
+    if reported.get("running") is not None:
+        return reported["running"]
+    return reported.get("state") not in (None, "STOP")
 
 
 def advert_changes(cluster, reported):
@@ -115,11 +127,12 @@ def balancers_now(cluster, selected, ssh_config):
         if status is None:
             found[node] = None
         elif info is None:
-            found[node] = {"state": None, "advertised_addresses": None}
+            found[node] = {"state": None, "advertised_addresses": None, "running": False}
         else:
             found[node] = {"state": None if info.vrrp is None else info.vrrp.state,
                            "advertised_addresses": None if info.advertised_addresses is None
-                           else list(info.advertised_addresses)}
+                           else list(info.advertised_addresses),
+                           "running": info.running}
     return found
 
 
@@ -171,6 +184,6 @@ def back_in_service(cluster, before, now):
 
 
 def vrrp_states(cluster, selected, ssh_config):
-    """{balancer: VRRP state now, or None}."""
-    return {node: (report or {}).get("state")
+    """{balancer: VRRP state now, or None (no keepalived running, or no answer)}."""
+    return {node: report["state"] if report and keepalived_runs(report) else None
             for node, report in balancers_now(cluster, selected, ssh_config).items()}

@@ -183,6 +183,7 @@ def keepalived_states(root, clusters=None, bgp=False):
     report yet is listed with state None: keepalived may have added it down
     without a word (a worker a reload brings in).  `bgp`: in mode ecmp, ask
     BIRD too (as root: the exporter's user cannot)."""
+    from lbctl.adapters.process import DaemonProcess
     from lbctl.status.health import read_state_dir, read_transitions, workers_health
 
     if clusters is None:
@@ -212,6 +213,7 @@ def keepalived_states(root, clusters=None, bgp=False):
             vrrp=None if vrrp is None else VrrpStatus(vrrp.state, vrrp.since),
             transitions=read_transitions(state_dir),
             health=tuple(health),
+            running=DaemonProcess(layout, "keepalived", layout.conf).pid() is not None,
             bgp=_bgp(layout, config) if bgp and config is not None and config.mode == Mode.ECMP
             else None)
     return found

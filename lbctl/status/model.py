@@ -167,6 +167,10 @@ class KeepalivedStatus:
     # The addresses its VRRP adverts carry (apply --all takes the master first
     # when they change); None without a VRRP instance.
     advertised_addresses: tuple[str, ...] | None = None
+    # Whether keepalived runs now (its pid file names a live keepalived on
+    # this cluster's config): a stopped or killed one leaves its last VRRP
+    # record behind.  None: not said (an lbctl before this field).
+    running: bool | None = None
 
     def health_by_pair(self):
         """{(service, worker): HealthStatus}."""

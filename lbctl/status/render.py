@@ -61,6 +61,12 @@ def role_line(info, now):
     why it has none (`info`: a KeepalivedStatus)."""
     from lbctl.status.health import for_how_long
 
+    if info.running is False:
+        # What its hooks recorded last is no role any more.
+        last = "" if info.vrrp is None else (
+            f" (VRRP {info.vrrp.state} when last recorded, "
+            f"{for_how_long(now, info.vrrp.since).removeprefix('for ')} ago)")
+        return "not running" + last
     if info.vrrp is not None:
         return f"VRRP {info.vrrp.state} {for_how_long(now, info.vrrp.since)}"
     if info.mode == Mode.ECMP:
