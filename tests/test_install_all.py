@@ -10,6 +10,7 @@ download` of the dependencies' wheels, as tests/test_install.py does.
 """
 
 import io
+import re
 import os
 import subprocess
 import sys
@@ -140,9 +141,22 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     python.symlink_to("/usr/bin/python3.0")
     code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
     assert code == 0, text
-    assert "venv /opt/lbctl: made again (it did not run pip)" in text, text
+    assert "venv /opt/lbctl: made again (its Python is gone)" in text, text
     assert text.endswith("installed on 2 of 2 node(s); changed: pi1; nothing to change: lb1\n"), \
         text
+    # One whose Python was upgraded under it (3.11 to 3.13): it runs, but
+    # reads none of the site-packages the old one filled.
+    cfg = tmp_path / "nodes" / "lb1" / "opt/lbctl/pyvenv.cfg"
+    cfg.write_text(re.sub(r"(?m)^version = .*$", "version = 3.0.1", cfg.read_text()))
+    code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
+    assert code == 0, text
+    this = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert f"venv /opt/lbctl: made again (Python 3.0 made it; this is Python {this})" in text, \
+        text
+    assert "3.0.1" not in cfg.read_text()
+    done = subprocess.run([str(tmp_path / "nodes" / "lb1" / "usr/local/sbin/lbctl"),
+                           "--version"], capture_output=True, text=True)
+    assert done.stdout == f"lbctl {lbctl.__version__}\n", done.stderr
     # Not while lbctl still holds a cluster on the node.
     records = tmp_path / "nodes" / "lb1" / "var/lib/lbctl"
     records.mkdir(parents=True)
@@ -162,7 +176,7 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     code, text = fleet(tmp_path, "uninstall")
     assert code == 0 and "lbctl is not installed here" in text, text
     assert text.endswith("taken off 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
-    assert [what for _node, what in ran].count("install") == 6
+    assert [what for _node, what in ran].count("install") == 8
 
 
 def test_a_payload_entry_with_a_path_of_its_own_is_refused(tmp_path):

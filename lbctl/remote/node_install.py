@@ -73,10 +73,9 @@ def install(args, root, venv, link):
             make_venv(venv, own_pip=system is None)
             say(f"venv {args.venv}: created")
             changed = True
-        elif not venv_works(pip):
-            # Half made (no pip), or its Python gone with a distribution upgrade.
+        elif (problem := venv_problem(venv, pip, own_pip=system is None)) is not None:
             make_venv(venv, own_pip=system is None, again=True)
-            say(f"venv {args.venv}: made again (it did not run pip)")
+            say(f"venv {args.venv}: made again ({problem})")
             changed = True
         changed |= install_wheel(pip, python, venv, wheel, version, wheels)
         changed |= make_link(os.path.join(venv, "bin", "lbctl"), link, args.link)
@@ -98,12 +97,38 @@ def make_venv(venv, own_pip, again=False):
          *(["--clear"] if again else []), venv])
 
 
-def venv_works(pip):
+def venv_problem(venv, pip, own_pip):
+    """Why the venv must be made again, or None.  A distribution upgrade
+    (3.11 to 3.13) takes the Python it links to away, or leaves it linked
+    to a Python that does not read the site-packages the old one filled;
+    a venv made half (before its own pip) has no pip.  Asked cheaply: pip
+    from the system's wheel takes a Pi seconds to start."""
+    made_by = venv_version(venv)
+    this = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    if made_by is not None and made_by != this:
+        return f"Python {made_by} made it; this is Python {this}"
+    argv = [*pip, "--version"] if own_pip else [os.path.join(venv, "bin", "python"), "-I",
+                                                 "-c", ""]
     try:
-        done = subprocess.run([*pip, "--version"], capture_output=True, cwd="/")
+        done = subprocess.run(argv, capture_output=True, cwd="/")
     except OSError:  # its python links to one that is gone
-        return False
-    return done.returncode == 0
+        return "its Python is gone"
+    if done.returncode != 0:
+        return "its pip does not run" if own_pip else "its Python does not run"
+    return None
+
+
+def venv_version(venv):
+    """The Python version ("3.11") that made the venv, from its pyvenv.cfg; None unread."""
+    try:
+        with open(os.path.join(venv, "pyvenv.cfg"), encoding="utf-8") as fh:
+            for line in fh:
+                key, _, value = line.partition("=")
+                if key.strip() in ("version", "version_info"):
+                    return ".".join(value.strip().split(".")[:2])
+    except OSError:
+        pass
+    return None
 
 
 def unpack(stream, into):
