@@ -220,3 +220,37 @@ def test_root_s_python_imports_nothing_from_the_login_s_folder(tmp_path):
                           env=dict(os.environ, LBCTL_ROOT=str(tmp_path / "root")))
     assert done.returncode == 0, done.stderr
     assert not marker.exists()
+
+
+def test_apt_update_is_tried_again_while_the_package_lists_are_locked():
+    from lbctl.remote.node_install import Refused, run_while_locked
+
+    now, slept, said = [0.0], [], []
+    locked = "apt-get -o DPkg::Lock::Timeout=600 -q update ... failed: E: Could not get lock " \
+             "/var/lib/apt/lists/lock. It is held by process 812 (apt-get)"
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    def step_failing(times, error):
+        def step():
+            said.append(now[0])
+            if len(said) <= times:
+                raise Refused(error)
+            return "updated"
+        return step
+    assert run_while_locked(step_failing(3, locked), patience=60, clock=lambda: now[0],
+                            sleep=sleep) == "updated"
+    assert said == [0.0, 5.0, 10.0, 15.0] and slept == [5.0] * 3
+    # Another failure is said at once; a lock held too long, once patience is out.
+    said.clear()
+    with pytest.raises(Refused, match="Temporary failure resolving"):
+        run_while_locked(step_failing(1, "E: Temporary failure resolving 'deb.debian.org'"),
+                         patience=60, clock=lambda: now[0], sleep=sleep)
+    assert len(said) == 1
+    said.clear()
+    with pytest.raises(Refused, match="Could not get lock"):
+        run_while_locked(step_failing(100, locked), patience=12, clock=lambda: now[0],
+                         sleep=sleep)
+    assert len(said) == 3  # at 0, 5 and 10 s: a fourth try would start past 12 s

@@ -179,12 +179,30 @@ def install_packages(packages):
         # as well: it may be the one that explains.
         first = last_line(done)
         try:
-            run([*apt, "update"], env=env)
+            run_while_locked(lambda: run([*apt, "update"], env=env))
             run(command, env=env)
         except Refused as exc:
             raise Refused(f"{exc}; before apt-get update: {first}") from None
     say(f"packages: installed {' '.join(missing)}")
     return True
+
+
+def run_while_locked(step, patience=APT_LOCK_SECONDS, spacing=5.0, clock=None, sleep=None):
+    """step() again while it fails on a lock apt holds, for up to `patience`
+    seconds: DPkg::Lock::Timeout waits for dpkg's lock, but apt-get update
+    fails at once on the package lists' lock, which apt's daily update
+    holds through a Pi's first minutes after boot."""
+    import time
+
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    deadline = clock() + patience
+    while True:
+        try:
+            return step()
+        except Refused as exc:
+            if "Could not get lock" not in str(exc) or clock() + spacing > deadline:
+                raise
+        sleep(spacing)
 
 
 def package_installed(name):
