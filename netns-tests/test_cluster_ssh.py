@@ -7,6 +7,7 @@ The tests run in order on one failover pair and share its state.
 import json
 import os
 import re
+import signal
 import sys
 import time
 
@@ -165,6 +166,22 @@ def test_apply_all_brings_a_fresh_cluster_up_in_order(lab, fleet, pair_file):
     served = set(lab.ask(f"http://{WEB_VIP}/", 12))
     assert served == {"served by pi1", "served by pi2", "served by pi3"}
     # plan --all and doctor --all of the fresh pair: test_fleet_matrix's cells.
+
+    # Stopped cleanly on both nodes (keepalived's hooks then record STOP), the
+    # pair is as fresh as one that never ran: the master-to-be starts first.
+    for name in ("lb1", "lb2"):
+        lab.kill_keepalived(name, signal.SIGTERM)
+    status = fleet.lbctl_all("status", str(pair_file), "--no-drift")
+    for name, address in (("lb1", "192.168.100.2"), ("lb2", "192.168.100.5")):
+        assert f"balancer {name} ({address}): keepalived not running\n" in status.stdout, \
+            status.stdout
+    again = fleet.lbctl_all("apply", str(pair_file))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [n for n in order_of(again.stdout) if n.startswith("lb")] == ["lb1", "lb2"], \
+        again.stdout
+    assert "applying on master balancer lb1" in again.stderr, again.stderr
+    lab.wait_for(lambda: lab.vrrp_state("lb1") == "MASTER" and lab.vrrp_state("lb2") == "BACKUP",
+                 what="lb1 master and lb2 backup again")
 
 
 def test_plan_all_finds_a_node_changed_by_hand(lab, fleet, pair_file):

@@ -63,10 +63,10 @@ def role_line(info, now):
 
     if info.running is False:
         # What its hooks recorded last is no role any more.
-        last = "" if info.vrrp is None else (
+        last = "" if info.vrrp is None or info.vrrp.state == "STOP" else (
             f" (VRRP {info.vrrp.state} when last recorded, "
             f"{for_how_long(now, info.vrrp.since).removeprefix('for ')} ago)")
-        return "not running" + last
+        return "keepalived not running" + last
     if info.vrrp is not None:
         return f"VRRP {info.vrrp.state} {for_how_long(now, info.vrrp.since)}"
     if info.mode == Mode.ECMP:
@@ -79,7 +79,8 @@ def _keepalived(states, now):
 
     lines = []
     for cluster, info in states.items():
-        lines.append(f"keepalived for cluster {cluster}: {role_line(info, now)}")
+        role = role_line(info, now).removeprefix("keepalived ")
+        lines.append(f"keepalived for cluster {cluster}: {role}")
         if info.bgp is not None:
             from lbctl.status.bgp import format_bgp
 
