@@ -529,9 +529,12 @@ def test_the_first_hour_guide_runs_as_written(lab, fleet):
                     act_out(lab, step[1], yaml.safe_load(spec)["cluster"])
                 elif step[0] == "run":
                     _, words, exits, shown = step
+                    started = time.monotonic()
                     done = run_from_the_guide(fleet, words, str(path), wheel)
+                    took = time.monotonic() - started  # where the suite's time goes
                     output = (done.stdout + done.stderr).replace(str(path), "cluster.yaml")
-                    said = f"$ {' '.join(words)}   (exit {done.returncode})\n{output}"
+                    said = (f"$ {' '.join(words)}   (exit {done.returncode}, {took:.1f} s)\n"
+                            f"{output}")
                     print(said)  # what the guide's samples are taken from
                     if words[1:2] == ["install"] and "nothing to change" not in output:
                         measured("install --all: 5 bare nodes, offline",
