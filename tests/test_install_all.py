@@ -222,35 +222,37 @@ def test_root_s_python_imports_nothing_from_the_login_s_folder(tmp_path):
     assert not marker.exists()
 
 
-def test_apt_update_is_tried_again_while_the_package_lists_are_locked():
-    from lbctl.remote.node_install import Refused, run_while_locked
+def test_apt_is_tried_again_while_its_lock_is_held(tmp_path):
+    from lbctl.remote.node_install import Refused, run, run_while_locked
 
-    now, slept, said = [0.0], [], []
-    locked = "apt-get -o DPkg::Lock::Timeout=600 -q update ... failed: E: Could not get lock " \
-             "/var/lib/apt/lists/lock. It is held by process 812 (apt-get)"
+    now, slept = [0.0], []
 
     def sleep(seconds):
         slept.append(seconds)
         now[0] += seconds
 
-    def step_failing(times, error):
-        def step():
-            said.append(now[0])
-            if len(said) <= times:
-                raise Refused(error)
-            return "updated"
-        return step
-    assert run_while_locked(step_failing(3, locked), patience=60, clock=lambda: now[0],
-                            sleep=sleep) == "updated"
-    assert said == [0.0, 5.0, 10.0, 15.0] and slept == [5.0] * 3
+    def apt_failing(times, *said):
+        """A command that fails `times` times, saying what apt 2.6 says, then succeeds."""
+        tries = tmp_path / f"tries-{len(slept)}-{times}"
+        script = (f'n=$(cat {tries} 2>/dev/null || echo 0); echo $((n + 1)) > {tries}; '
+                  f'[ "$n" -ge {times} ] && exit 0; ' +
+                  "".join(f"echo '{line}' >&2; " for line in said) + "exit 100")
+        return lambda: run(["sh", "-c", script]), tries
+
+    # What apt-get update says while apt's daily job holds the lists' lock;
+    # install says the same of /var/cache/apt/archives/lock.
+    locked = ("E: Could not get lock /var/lib/apt/lists/lock. It is held by process 812 "
+              "(apt-get)", "E: Unable to lock directory /var/lib/apt/lists/")
+    step, tries = apt_failing(3, *locked)
+    run_while_locked(step, patience=60, clock=lambda: now[0], sleep=sleep)
+    assert tries.read_text() == "4\n" and slept == [5.0] * 3
     # Another failure is said at once; a lock held too long, once patience is out.
-    said.clear()
+    step, tries = apt_failing(1, "E: Failed to fetch http://deb.debian.org/... "
+                                 "Temporary failure resolving 'deb.debian.org'")
     with pytest.raises(Refused, match="Temporary failure resolving"):
-        run_while_locked(step_failing(1, "E: Temporary failure resolving 'deb.debian.org'"),
-                         patience=60, clock=lambda: now[0], sleep=sleep)
-    assert len(said) == 1
-    said.clear()
-    with pytest.raises(Refused, match="Could not get lock"):
-        run_while_locked(step_failing(100, locked), patience=12, clock=lambda: now[0],
-                         sleep=sleep)
-    assert len(said) == 3  # at 0, 5 and 10 s: a fourth try would start past 12 s
+        run_while_locked(step, patience=60, clock=lambda: now[0], sleep=sleep)
+    assert tries.read_text() == "1\n"
+    step, tries = apt_failing(100, *locked)
+    with pytest.raises(Refused, match="Unable to lock directory"):
+        run_while_locked(step, patience=12, clock=lambda: now[0], sleep=sleep)
+    assert tries.read_text() == "3\n"  # at 0, 5 and 10 s: a fourth would start past 12 s

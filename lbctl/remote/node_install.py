@@ -36,7 +36,12 @@ SYSTEM_PIP = "/usr/share/python-wheels/pip-*.whl"
 
 
 class Refused(Exception):
-    pass
+    """What stops the install, said to the user; `output`: all a failed
+    command printed, where one did."""
+
+    def __init__(self, message, output="", error=""):
+        super().__init__(message)
+        self.output, self.error = output, error or message
 
 
 def main(argv):
@@ -167,31 +172,34 @@ def install_packages(packages):
         if packages:
             say(f"packages: {' '.join(packages)} present")
         return False
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    # apt's words in English whatever the login's locale (ssh and sudo pass
+    # LANG on): a held lock is told by what apt says.
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", LC_ALL="C.UTF-8")
     # A Pi's first minutes after boot go to apt's daily jobs: wait for
-    # their lock rather than fail on it.
+    # their locks rather than fail on them.
     apt = ["apt-get", "-o", f"DPkg::Lock::Timeout={APT_LOCK_SECONDS}", "-q"]
     command = [*apt, "install", "-y", "--no-install-recommends", *missing]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd="/")
-    if done.returncode != 0:
+    try:
+        run_while_locked(lambda: run(command, env=env))
+    except Refused as first:
         # A fresh image's package lists may be missing or stale: once more
         # after an update.  Should that fail too, the first failure is said
         # as well: it may be the one that explains.
-        first = last_line(done)
         try:
             run_while_locked(lambda: run([*apt, "update"], env=env))
-            run(command, env=env)
+            run_while_locked(lambda: run(command, env=env))
         except Refused as exc:
-            raise Refused(f"{exc}; before apt-get update: {first}") from None
+            raise Refused(f"{exc}; before apt-get update: {first.error}") from None
     say(f"packages: installed {' '.join(missing)}")
     return True
 
 
 def run_while_locked(step, patience=APT_LOCK_SECONDS, spacing=5.0, clock=None, sleep=None):
     """step() again while it fails on a lock apt holds, for up to `patience`
-    seconds: DPkg::Lock::Timeout waits for dpkg's lock, but apt-get update
-    fails at once on the package lists' lock, which apt's daily update
-    holds through a Pi's first minutes after boot."""
+    seconds: DPkg::Lock::Timeout waits for dpkg's lock only.  apt-get update
+    fails at once on the package lists' lock, and install on the downloads'
+    (/var/cache/apt/archives/lock), which apt's daily jobs hold through a
+    Pi's first minutes after boot."""
     import time
 
     clock, sleep = clock or time.monotonic, sleep or time.sleep
@@ -200,7 +208,7 @@ def run_while_locked(step, patience=APT_LOCK_SECONDS, spacing=5.0, clock=None, s
         try:
             return step()
         except Refused as exc:
-            if "Could not get lock" not in str(exc) or clock() + spacing > deadline:
+            if "Could not get lock" not in exc.output or clock() + spacing > deadline:
                 raise
         sleep(spacing)
 
@@ -361,7 +369,8 @@ def run(argv, env=None):
     # From /: root's Python must import nothing from the login's folder.
     done = subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/")
     if done.returncode != 0:
-        raise Refused(f"{' '.join(argv[:4])} ... failed: {last_line(done)}")
+        raise Refused(f"{' '.join(argv[:4])} ... failed: {last_line(done)}",
+                      output=done.stderr + done.stdout, error=last_line(done))
     return done
 
 
