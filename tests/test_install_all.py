@@ -154,6 +154,13 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     assert f"venv /opt/lbctl: made again (Python 3.0 made it; this is Python {this})" in text, \
         text
     assert "3.0.1" not in cfg.read_text()
+    # One without its pyvenv.cfg: its python is the system's, whose pip
+    # would install into /usr.
+    cfg.unlink()
+    code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
+    assert code == 0, text
+    assert "venv /opt/lbctl: made again (it has no pyvenv.cfg)" in text, text
+    assert cfg.is_file()
     done = subprocess.run([str(tmp_path / "nodes" / "lb1" / "usr/local/sbin/lbctl"),
                            "--version"], capture_output=True, text=True)
     assert done.stdout == f"lbctl {lbctl.__version__}\n", done.stderr
@@ -176,7 +183,7 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     code, text = fleet(tmp_path, "uninstall")
     assert code == 0 and "lbctl is not installed here" in text, text
     assert text.endswith("taken off 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
-    assert [what for _node, what in ran].count("install") == 8
+    assert [what for _node, what in ran].count("install") == 10
 
 
 def test_a_payload_entry_with_a_path_of_its_own_is_refused(tmp_path):

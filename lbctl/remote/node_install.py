@@ -108,6 +108,9 @@ def venv_problem(venv, pip, own_pip):
     to a Python that does not read the site-packages the old one filled;
     a venv made half (before its own pip) has no pip.  Asked cheaply: pip
     from the system's wheel takes a Pi seconds to start."""
+    if not os.path.isfile(os.path.join(venv, "pyvenv.cfg")):
+        # Its python would be the system's own, and pip would install into /usr.
+        return "it has no pyvenv.cfg"
     made_by = venv_version(venv)
     this = f"{sys.version_info[0]}.{sys.version_info[1]}"
     if made_by is not None and made_by != this:
