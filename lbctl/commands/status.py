@@ -97,8 +97,7 @@ def run_connections(args, out):
         write_json(entries(wanted), names, out)
         return 0
     backup = [name for name, info in keepalived_states(args.root, clusters).items()
-              if info.running is not False and info.vrrp is not None
-              and info.vrrp.state == "BACKUP"]
+              if info.held_vrrp is not None and info.held_vrrp.state == "BACKUP"]
     if backup:
         out.write(f"this balancer is VRRP BACKUP ({', '.join(backup)}): these are copies of the "
                   "master's connections, learned from its sync daemon, and lag behind it\n")

@@ -110,14 +110,12 @@ class LbctlCollector:
             info = states.get(cluster.name)
             if cluster.vrrp is None or info is None or info.vrrp is None:
                 continue
-            # A keepalived that is not running holds no role, whatever its
-            # hooks recorded last (a kill leaves MASTER behind).
-            stopped = info.running is False
-            now_in = "STOP" if stopped else info.vrrp.state
+            held = info.held_vrrp  # none while keepalived is not running: STOP
+            now_in = "STOP" if held is None else held.state
             for state in VRRP_STATES:
                 role.add_metric([cluster.name, state], 1 if now_in == state else 0)
-            if not stopped:
-                since.add_metric([cluster.name], info.vrrp.since)
+            if held is not None:
+                since.add_metric([cluster.name], held.since)
             changes.add_metric([cluster.name], info.transitions)
         return role, since, changes
 

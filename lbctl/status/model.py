@@ -172,6 +172,12 @@ class KeepalivedStatus:
     # record behind.  None: not said (an lbctl before this field).
     running: bool | None = None
 
+    @property
+    def held_vrrp(self):
+        """The VRRP role keepalived holds now: its hooks' last record, unless
+        keepalived is not running (a kill leaves MASTER behind)."""
+        return None if self.running is False else self.vrrp
+
     def health_by_pair(self):
         """{(service, worker): HealthStatus}."""
         return {(h.service, h.worker): h for h in self.health}

@@ -28,7 +28,7 @@ def frame(status, previous, seconds, names, now):
              f"  every {seconds:g}s  (q or Ctrl-C to leave)"]
     health = {}
     for cluster, info in status.keepalived.items():
-        vrrp = info.vrrp if info.running is not False else None
+        vrrp = info.held_vrrp
         role = (f"VRRP {vrrp.state}, changed "
                 f"{for_how_long(now, vrrp.since).removeprefix('for ')} ago") if vrrp else \
             role_line(info, now)
