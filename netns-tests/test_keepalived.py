@@ -64,8 +64,7 @@ def ipvs_web_serving(lab, node="lb1"):
 
 
 def client_neigh_mac(lab, vip=WEB_VIP):
-    out = lab.sh("client", ["ip", "neigh", "show", vip, "dev", "eth0"], check=False).stdout.split()
-    return out[out.index("lladdr") + 1] if "lladdr" in out else None
+    return lab.cached_mac(vip)
 
 
 def sync_report(lab, node, cluster_file):

@@ -5,7 +5,6 @@ README says, and power cycles that leave the nodes' kernels empty.
 The tests run in order on one small cluster and share its state.
 """
 
-import json
 import re
 import shutil
 import subprocess
@@ -139,12 +138,6 @@ def plan_is_empty(nodes, name, data):
     return done.returncode == 0, done.stdout
 
 
-def cached_mac(lab, address, node="client"):
-    """The MAC `node`'s ARP cache holds for `address`, without asking the LAN."""
-    shown = lab.sh(node, ["ip", "-j", "neigh", "show", address, "dev", "eth0"]).stdout
-    return next((entry.get("lladdr") for entry in json.loads(shown)), None)
-
-
 def served(nodes, count=6):
     return [nodes.lab.curl(f"http://{VIP}/", timeout=3).stdout.strip() or "failed"
             for _ in range(count)]
@@ -237,7 +230,7 @@ def test_a_balancer_upgraded_then_power_cycled_comes_back_from_its_units(booted)
         # unit's start may come after the boot finished (a restart 5 s after
         # a failed one), and its announcement runs a Python of its own, which
         # the suite's other modules can slow to seconds on the emulated CPUs.
-        booted.lab.wait_for(lambda: cached_mac(booted.lab, VIP) == booted.lab.mac("lb1"),
+        booted.lab.wait_for(lambda: booted.lab.cached_mac(VIP) == booted.lab.mac("lb1"),
                             timeout=30, what="the client to learn the VIP's MAC from lb1's "
                             "announcement")
     except LabError as exc:

@@ -129,6 +129,13 @@ class Observations:
         stats = json.loads(out)[0]["stats64"]
         return stats["rx"]["bytes"], stats["tx"]["bytes"]
 
+    def cached_mac(self, address, node="client"):
+        """The MAC `node`'s ARP cache holds for `address` on eth0, without
+        asking the LAN; None when it holds none (or an entry still resolving)."""
+        shown = self.sh(node, ["ip", "-j", "neigh", "show", str(address), "dev", "eth0"],
+                        check=False).stdout
+        return next((entry.get("lladdr") for entry in json.loads(shown or "[]")), None)
+
     def mac(self, node, ifname="eth0"):
         out = run(["ip", "-n", self.nodes[node].netns, "-j", "link", "show", ifname]).stdout
         return json.loads(out)[0]["address"]
