@@ -29,6 +29,7 @@ Machines are noisy (and the lab VM is emulated): compare the ratios.
 """
 
 import argparse
+import json
 import os
 import socket
 import subprocess
@@ -43,6 +44,7 @@ from pathlib import Path
 import yaml
 
 from lbctl.lab.shell import run
+from breakdown import PARTS as BREAKDOWN_PARTS, imported_modules
 from private_netns import run_benchmark
 from report import machine, section
 
@@ -199,6 +201,75 @@ def adapter_and_footprint(services, reals, tmp):
                                       "--root", str(Path(tmp) / f"root-netlink-{services}")])}
     sh("ipvsadm", "-C")
     return found, sizes
+
+
+BREAKDOWN_COMMANDS = ("apply, full", "apply, no-op", "apply, one server", "status")
+
+
+def breakdowns(services, reals, tmp):
+    """At the largest size: where each command's time goes, {command: {part:
+    seconds}}.  Each command runs twice: under `python -X importtime`, which
+    gives the sum of its imports and the modules it needs, then under
+    bench/breakdown.py, which imports those first and clocks the command's
+    parts from inside.  The whole process is timed from outside; what the
+    process did not measure itself is the interpreter's start."""
+    sh("ipvsadm", "-C")
+    tmp = Path(tmp)
+    first, second = (tmp / f"breakdown-{n}.yaml" for n in (1, 2))
+    first.write_text(yaml.safe_dump(cluster_spec(services, reals), sort_keys=False))
+    second.write_text(yaml.safe_dump(cluster_spec(services, reals, first_weight=2),
+                                     sort_keys=False))
+    roots = [tmp / f"root-breakdown-{n}" for n in (1, 2)]
+    for root in roots:
+        root.mkdir()
+
+    def apply(spec, root):
+        return ["apply", str(spec), "--node", "lb", "--root", str(root)]
+
+    # (command, its -X importtime run, its measured run): the importtime run
+    # of each apply leaves the table as the measured run expects it.
+    runs = (("apply, full", apply(first, roots[0]), apply(first, roots[1])),
+            ("apply, no-op", apply(first, roots[1]), apply(first, roots[1])),
+            ("apply, one server", apply(second, roots[1]), apply(first, roots[1])),
+            ("status", ["status", "--root", str(roots[1])], ["status", "--root", str(roots[1])]))
+    found = {}
+    for command, importtime_argv, argv in runs:
+        if command == "apply, full":
+            sh("ipvsadm", "-C")
+        done = sh(sys.executable, "-X", "importtime", "-m", "lbctl", *importtime_argv)
+        if command == "apply, full":
+            sh("ipvsadm", "-C")
+        modules, import_sum = imported_modules(done.stderr)
+        names = tmp / f"imports-{len(found)}"
+        names.write_text("\n".join(modules))
+        start = time.perf_counter()
+        inside = sh(sys.executable, str(HERE / "breakdown.py"), str(names), "--", *argv)
+        whole = time.perf_counter() - start
+        parts = json.loads(inside.stdout.splitlines()[-1])
+        found[command] = {"interpreter start": whole - sum(parts.values()), **parts,
+                          "the whole command": whole, "-X importtime, its imports": import_sum}
+    sh("ipvsadm", "-C")
+    return found
+
+
+def breakdown_table(found, services, reals):
+    commands = list(found)
+    fixed_first = ["interpreter start", "imports"]
+    fixed_last = ["the rest", "the whole command", "-X importtime, its imports"]
+    measured = {p for f in found.values() for p in f} - set(fixed_first) - set(fixed_last)
+    parts = fixed_first + sorted(measured, key=PART_ORDER.index) + fixed_last
+    lines = [f"Where the time goes at {services} x {reals}, measured inside each command "
+             "(bench/breakdown.py: a clock around each part, in the same run; an empty cell "
+             "is a part the command does not have):", "",
+             "| part | " + " | ".join(commands) + " |",
+             "| --- |" + " --- |" * len(commands)]
+    for part in parts:
+        cells = [f"{found[c][part]:.2f}" if part in found[c] else "" for c in commands]
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+PART_ORDER = [part for part, _module, _attribute in BREAKDOWN_PARTS]
 
 
 # lbctl's default timing (a check every 2 s), in keepalived's own TCP check
@@ -365,6 +436,7 @@ def inside(args):
         largest = max(args.services)
         adapter, sizes = adapter_and_footprint(largest, args.reals, tmp)
         results[largest] |= adapter
+        parts = breakdowns(largest, args.reals, tmp)
         engine, kept = keepalived_engine(args.keepalived_services, args.reals, tmp,
                                           netns)
         print(f"keepalived engine, {args.keepalived_services} x {args.reals}: " + ", ".join(
@@ -377,6 +449,7 @@ def inside(args):
             "most 1.0x ipvsadm-restore; a no-op apply and a one-server change at most 1.0x "
             "ipvsadm-save; `lbctl status` at most 5x a bare Python start, in 40 MB.\n\n"
             + tables(results, sizes, largest, args.reals) + "\n\n"
+            + breakdown_table(parts, largest, args.reals) + "\n\n"
             + verdicts(results, sizes, largest, args.reals) + "\n\n"
             + keepalived_section(engine, kept, args.keepalived_services, args.reals))
     print("\n" + section("bench/ipvs_apply.py", text), flush=True)

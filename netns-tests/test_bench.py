@@ -102,6 +102,17 @@ def test_the_control_plane_benchmark_shows_a_weight_reload_keeping_keepalived_ta
     # keepalived applies a changed weight in place: the services and real
     # servers it had, with the connections they counted, are still there.
     assert "does not rebuild it): met;" in text, text
+    # Where each command's time went: a no-op apply writes nothing, status
+    # plans nothing, and every command paid its interpreter and imports.
+    header, *_ = re.findall(r"^\| part \|.*$", text, re.M)
+    assert header == "| part | apply, full | apply, no-op | apply, one server | status |", text
+    parts = table_rows(text, 5)
+    assert parts["writes"][1] != "" and parts["writes"][3] != "", text
+    assert parts["writes"][2] == "" and parts["writes"][4] == "", text
+    assert parts["plan"][4] == "" and parts["status: gathering"][4] != "", text
+    for part in ("interpreter start", "imports", "the whole command",
+                 "-X importtime, its imports"):
+        assert all(float(cell) > 0 for cell in parts[part][1:]), (part, text)
     for verdict in re.findall(r"^- At .*$", text, re.M):
         assert verdict.endswith(("met.", "not met.")), verdict
 
