@@ -77,7 +77,7 @@ class IpvsNetlink:
         """The table as apply, plan and drain need it: counters at zero (snapshot() has them)."""
         table = self._with_family(lambda sock, family: sock.ipvs_table(family, stats=False),
                                   absent=())
-        return [self._service(svc, dests) for svc, dests in table]
+        return _services(table)
 
     def timeouts(self):
         """The kernel's IPVS timeouts: {"tcp": s, "tcp_fin": s, "udp": s}; {}
@@ -116,7 +116,7 @@ class IpvsNetlink:
         if read is None:
             return None
         table, daemons, timeouts = read
-        return IpvsSnapshot([self._service(svc, dests) for svc, dests in table],
+        return IpvsSnapshot(_services(table),
                             [self._sync_daemon(d) for d in daemons], timeouts)
 
     def sync_daemons(self):
@@ -139,24 +139,6 @@ class IpvsNetlink:
         return SyncDaemon(SYNC_ROLES.get(d.get("state"), str(d.get("state"))),
                           d.get("interface", ""), d.get("syncid", 0),
                           d.get("group", ""), d.get("port", 0))
-
-    def _service(self, svc, dests):
-        flags = svc.get("flags", 0)
-        persistence = svc.get("timeout", 0) if flags & ipvs_wire.IP_VS_SVC_F_PERSISTENT else 0
-        proto = PROTOCOL_NAMES.get(svc.get("protocol"))
-        real_servers = tuple(IpvsDest(IPv4Address(d["addr"]), d["port"], d["weight"], d["forward"],
-                                      d["active"], d["inactive"], IpvsStats(**d["stats"]))
-                             for d in dests if "addr" in d)
-        stats = IpvsStats(**svc["stats"])
-        flags = ipvs_wire.flag_names(svc.get("flags", 0), svc.get("scheduler", ""))
-        if svc.get("fwmark") or proto is None or svc.get("af") != socket.AF_INET:
-            label = f"fwmark {svc['fwmark']}" if svc.get("fwmark") else \
-                f"proto {svc.get('protocol')} {svc.get('addr')}"
-            return IpvsService(None, label, svc.get("scheduler", ""), persistence,
-                               real_servers, stats, flags)
-        key = ServiceKey(proto, IPv4Address(svc["addr"]), svc["port"])
-        return IpvsService(key, str(key), svc.get("scheduler", ""), persistence,
-                           real_servers, stats, flags)
 
     # -- writing -----------------------------------------------------------
     def run(self, ops):
@@ -181,3 +163,42 @@ class IpvsNetlink:
         finally:
             sock.close()
         return results
+
+
+NO_STATS = IpvsStats()  # what a dump without counters gives every entry
+
+
+def _services(table):
+    """IpvsServices of ipvs_wire's dicts.  The same few real servers recur
+    in many services: each address is made into an IPv4Address once."""
+    addresses = {}
+
+    def address(text):
+        found = addresses.get(text)
+        if found is None:
+            found = addresses[text] = IPv4Address(text)
+        return found
+
+    def stats(counters):
+        return IpvsStats(**counters) if counters else NO_STATS
+
+    services = []
+    for svc, dests in table:
+        flags = svc.get("flags", 0)
+        persistence = svc.get("timeout", 0) if flags & ipvs_wire.IP_VS_SVC_F_PERSISTENT else 0
+        proto = PROTOCOL_NAMES.get(svc.get("protocol"))
+        real_servers = tuple(IpvsDest(address(d["addr"]), d["port"], d["weight"], d["forward"],
+                                      d["active"], d["inactive"], stats(d["stats"]))
+                             for d in dests if "addr" in d)
+        flag_names = ipvs_wire.flag_names(flags, svc.get("scheduler", ""))
+        scheduler = svc.get("scheduler", "")
+        if svc.get("fwmark") or proto is None or svc.get("af") != socket.AF_INET:
+            label = f"fwmark {svc['fwmark']}" if svc.get("fwmark") else \
+                f"proto {svc.get('protocol')} {svc.get('addr')}"
+            services.append(IpvsService(None, label, scheduler, persistence, real_servers,
+                                        stats(svc["stats"]), flag_names))
+            continue
+        key = ServiceKey(proto, address(svc["addr"]), svc["port"])
+        services.append(IpvsService(key, str(key), scheduler, persistence, real_servers,
+                                    stats(svc["stats"]), flag_names))
+    return services
