@@ -155,6 +155,38 @@ def test_dumped_real_servers_parse_like_pyroute2_encodes_them():
     assert bare == {**dest, "stats": {}}
 
 
+def _dest_payload(order, weight, conns):
+    attrs = {"IPVS_DEST_ATTR_ADDR": "192.168.100.6", "IPVS_DEST_ATTR_PORT": 80,
+             "IPVS_DEST_ATTR_FWD_METHOD": 3, "IPVS_DEST_ATTR_WEIGHT": weight,
+             "IPVS_DEST_ATTR_ADDR_FAMILY": 2,
+             "IPVS_DEST_ATTR_STATS64": {"attrs": [("IPVS_STATS_ATTR_CONNS", conns),
+                                                  ("IPVS_STATS_ATTR_INPKTS", 2)]}}
+    payload = _encoded(8, "IPVS_CMD_ATTR_DEST", [(name, attrs[name]) for name in order])
+    return ipvs_wire._top_attr(payload, ipvs_wire.IPVS_CMD_ATTR_DEST)
+
+
+def test_each_dumped_entry_is_read_by_its_own_headers():
+    """Entries are read through the layout of the first of their length: one
+    of that length laid out otherwise, or with other values, reads right."""
+    usual = ["IPVS_DEST_ATTR_ADDR", "IPVS_DEST_ATTR_PORT", "IPVS_DEST_ATTR_FWD_METHOD",
+             "IPVS_DEST_ATTR_WEIGHT", "IPVS_DEST_ATTR_ADDR_FAMILY", "IPVS_DEST_ATTR_STATS64"]
+    swapped = [usual[0], usual[3], usual[2], usual[1], *usual[4:]]
+    first = _dest_payload(usual, 2, 5)
+    other = _dest_payload(swapped, 7, 1 << 40)
+    assert len(first) == len(other) and first != other
+    expected = {"addr": "192.168.100.6", "port": 80, "forward": 3, "active": 0, "inactive": 0}
+    for _ in range(2):  # the second time through, both layouts are known
+        assert ipvs_wire.parse_dest(first) == {**expected, "weight": 2,
+                                               "stats": {"conns": 5, "inpkts": 2}}
+        assert ipvs_wire.parse_dest(other) == {**expected, "weight": 7,
+                                               "stats": {"conns": 1 << 40, "inpkts": 2}}
+    # Schedulers' names differ in length inside the same padding.
+    for name in ("rr", "wrr", "wlc", "sh", "mh"):
+        attrs = ipvs_wire.nla(ipvs_wire.SVC_SCHED_NAME, name.encode() + b"\0") \
+            + ipvs_wire.nla(ipvs_wire.SVC_PORT, b"\0\x50")
+        assert ipvs_wire.parse_service(attrs)["scheduler"] == name
+
+
 def test_the_kernels_sixteen_byte_address_union_reads_as_ipv4():
     attrs = ipvs_wire.nla(ipvs_wire.SVC_ADDR, bytes([10, 2, 0, 1]) + b"\0" * 12)
     assert ipvs_wire.parse_service(attrs)["addr"] == "10.2.0.1"
