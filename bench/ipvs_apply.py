@@ -215,10 +215,12 @@ def breakdowns(services, reals, tmp):
     process did not measure itself is the interpreter's start."""
     sh("ipvsadm", "-C")
     tmp = Path(tmp)
-    first, second = (tmp / f"breakdown-{n}.yaml" for n in (1, 2))
-    first.write_text(yaml.safe_dump(cluster_spec(services, reals), sort_keys=False))
-    second.write_text(yaml.safe_dump(cluster_spec(services, reals, first_weight=2),
-                                     sort_keys=False))
+    # One file per weight of the first real server: a changed weight is a
+    # file lbctl has not validated before, as an operator's edit is.
+    first, second, third = (tmp / f"breakdown-{n}.yaml" for n in (1, 2, 3))
+    for weight, path in enumerate((first, second, third), start=1):
+        path.write_text(yaml.safe_dump(cluster_spec(services, reals, first_weight=weight),
+                                       sort_keys=False))
     roots = [tmp / f"root-breakdown-{n}" for n in (1, 2)]
     for root in roots:
         root.mkdir()
@@ -230,7 +232,7 @@ def breakdowns(services, reals, tmp):
     # of each apply leaves the table as the measured run expects it.
     runs = (("apply, full", apply(first, roots[0]), apply(first, roots[1])),
             ("apply, no-op", apply(first, roots[1]), apply(first, roots[1])),
-            ("apply, one server", apply(second, roots[1]), apply(first, roots[1])),
+            ("apply, one server", apply(second, roots[1]), apply(third, roots[1])),
             ("status", ["status", "--root", str(roots[1])], ["status", "--root", str(roots[1])]))
     found = {}
     for command, importtime_argv, argv in runs:
