@@ -18,10 +18,14 @@ class FakeIpvs:
         self.fail = {}  # (verb, target, key) -> errno
         self.kernel_timeouts = {"tcp": 900, "tcp_fin": 120, "udp": 300}
         self.daemons = []  # [SyncDaemon]
+        self.dumped = []  # what each dump() was asked for: None (all) or {ServiceKey}
 
-    def dump(self):
+    def dump(self, services=None):
+        self.dumped.append(None if services is None else set(services))
         result = []
         for key, spec in sorted(self.services.items()):
+            if services is not None and key not in services:
+                continue
             # As the kernel lists them: each new one at the head of the list.
             dests = tuple(IpvsDest(d.address, d.port, w, fwd, active)
                           for d, (w, fwd, active) in reversed(self.dests.items())

@@ -64,6 +64,16 @@ def test_services_are_added_before_real_servers_and_removals_come_last():
     ]
 
 
+def test_a_drained_real_server_is_read_back_with_its_service_alone():
+    node = Node()
+    node.apply()
+    node.adapters.ipvs.dumped.clear()
+    node.apply(WITHOUT_PI2)
+    # The plan read the whole table; whether pi2 is idle, only its service.
+    assert node.adapters.ipvs.dumped == [None, {WEB}]
+    assert PI2 not in node.adapters.ipvs.dests
+
+
 def test_a_busy_real_server_stays_at_weight_zero_until_a_later_apply_finds_it_idle():
     node = Node()
     node.apply()

@@ -73,10 +73,13 @@ class IpvsNetlink:
         self.load_module = load_module
 
     # -- reading -----------------------------------------------------------
-    def dump(self):
-        """The table as apply, plan and drain need it: counters at zero (snapshot() has them)."""
-        table = self._with_family(lambda sock, family: sock.ipvs_table(family, stats=False),
-                                  absent=())
+    def dump(self, services=None):
+        """The table as apply, plan and drain need it: counters at zero
+        (snapshot() has them).  `services` (ServiceKeys): only those, each
+        read by its key, where a whole table would be thousands."""
+        table = self._with_family(
+            lambda sock, family: sock.ipvs_table(family, stats=False, services=services),
+            absent=())
         return _services(table)
 
     def timeouts(self):

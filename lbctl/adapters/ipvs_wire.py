@@ -483,17 +483,27 @@ class GenlSocket:
     def set_timeouts(self, family, timeouts):
         self.ask(family, IPVS_CMD_SET_CONFIG, config_attrs(timeouts))
 
-    def ipvs_table(self, family, stats=True):
+    def ipvs_table(self, family, stats=True, services=None):
         """Every IPVS service with its real servers: [(service dict, [dest dicts])];
-        without `stats`, their counters are left out."""
+        without `stats`, their counters are left out.  `services` (ServiceKeys):
+        only those of them the kernel has, each asked for by its key."""
         table = []
-        for payload in self.dump(family, IPVS_CMD_GET_SERVICE):
+        for payload in (self.dump(family, IPVS_CMD_GET_SERVICE) if services is None
+                        else self._each_service(family, services)):
             svc = parse_service(_top_attr(payload, IPVS_CMD_ATTR_SERVICE) or b"", stats)
             dests = [parse_dest(_top_attr(p, IPVS_CMD_ATTR_DEST) or b"", stats)
                      for p in self.dump(family, IPVS_CMD_GET_DEST,
                                         nla(IPVS_CMD_ATTR_SERVICE, svc["key"]))]
             table.append((svc, dests))
         return table
+
+    def _each_service(self, family, keys):
+        for key in keys:
+            try:
+                yield from self.ask(family, IPVS_CMD_GET_SERVICE, service_attrs(key))
+            except OSError as exc:
+                if exc.errno != errno.ESRCH:  # the kernel's "no such service"
+                    raise
 
     def sync_daemons(self, family):
         """The running connection sync daemons, master and backup: [daemon dicts]."""

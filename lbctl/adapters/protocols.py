@@ -90,7 +90,8 @@ class OpResult:
 
 @runtime_checkable
 class Ipvs(Protocol):
-    def dump(self) -> list: ...  # [IpvsService], their stats left at zero
+    # [IpvsService], their stats left at zero; `services` (ServiceKeys): only those.
+    def dump(self, services=None) -> list: ...
 
     def run(self, ops: list) -> list: ...  # [OpResult], one per op, same order
 

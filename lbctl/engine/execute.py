@@ -214,7 +214,9 @@ def _drain(adapters, drains, report):
     zero = [IpvsOp("set", "dest", c.key.service, DestSpec(0, c.old.forward), c.key) for c in drains]
     _apply_ipvs(adapters, zero, drains, report)
     in_use = {}
-    for svc in adapters.ipvs.dump():
+    # Only the drained real servers' services: one real server leaving a
+    # table of thousands reads one service back, not the table again.
+    for svc in adapters.ipvs.dump({c.key.service for c in drains}):
         if svc.key is None:
             continue
         for d in svc.dests:
