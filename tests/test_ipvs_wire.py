@@ -1,5 +1,7 @@
 """The batched write path's messages, read back with pyroute2's own IPVS parser."""
 
+import errno
+import socket
 from ipaddress import IPv4Address
 
 import pytest
@@ -190,6 +192,24 @@ def test_each_dumped_entry_is_read_by_its_own_headers():
 def test_the_kernels_sixteen_byte_address_union_reads_as_ipv4():
     attrs = ipvs_wire.nla(ipvs_wire.SVC_ADDR, bytes([10, 2, 0, 1]) + b"\0" * 12)
     assert ipvs_wire.parse_service(attrs)["addr"] == "10.2.0.1"
+
+
+def test_a_datagram_longer_than_the_receive_buffer_is_an_error_not_a_short_read():
+    sock = ipvs_wire.GenlSocket()
+    sock.sock.close()  # its reads come from a datagram socket of the test's instead
+    sender, sock.sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    try:
+        message = ipvs_wire.message(42, 1, 4, b"")
+        sender.send(message)
+        assert sock._receive() == message
+        sender.send(b"\0" * (ipvs_wire.GenlSocket.RECEIVE + 1))
+        with pytest.raises(OSError) as refused:
+            sock._receive()
+        assert refused.value.errno == errno.EMSGSIZE
+    finally:
+        sender.close()
+        sock.close()
 
 
 def test_an_unknown_family_is_reported_as_missing():

@@ -418,10 +418,22 @@ class GenlSocket:
     def close(self):
         self.sock.close()
 
+    # A netlink datagram is one ack, one answer, or one part of a dump, which
+    # the kernel fills to at most 32 KiB.  A buffer this size comes from
+    # Python's heap; one of a megabyte was a fresh mapping of memory, made
+    # and unmade on each of a dump's thousands of reads.
+    RECEIVE = 64 << 10
+
+    def _receive(self):
+        data, _ancillary, flags, _address = self.sock.recvmsg(self.RECEIVE)
+        if flags & socket.MSG_TRUNC:  # the rest of the datagram is gone
+            raise OSError(errno.EMSGSIZE, f"a netlink message longer than {self.RECEIVE} bytes")
+        return data
+
     def _answers(self, what):
         """Payloads answering request self.seq, until its DONE or ack; an error ack raises."""
         while True:
-            for kind, seq, payload in iter_messages(self.sock.recv(1 << 20)):
+            for kind, seq, payload in iter_messages(self._receive()):
                 if seq != self.seq:
                     continue
                 if kind == NLMSG_DONE:
@@ -456,7 +468,7 @@ class GenlSocket:
             self.sock.sendall(b"".join(chunk))
             pending = len(chunk)
             while pending:
-                for kind, seq, payload in iter_messages(self.sock.recv(1 << 20)):
+                for kind, seq, payload in iter_messages(self._receive()):
                     index = start + seq - first_seq
                     if kind == NLMSG_ERROR and 0 <= index - start < len(chunk) and codes[index] is None:
                         codes[index] = ack_errno(payload)
