@@ -11,6 +11,7 @@ Layouts: linux/netlink.h, linux/genetlink.h and linux/ip_vs.h.
 """
 
 import errno
+import functools
 import operator
 import socket
 import struct
@@ -185,7 +186,12 @@ _STATS_TABLE = {kind: (name, _uint) for kind, name in STATS_FIELDS.items()}
 
 def _ipv4(value):
     """IPVS sends addresses as a 16-byte union; IPv4 is its first four bytes."""
-    return ".".join(str(b) for b in value[:4])
+    return _dotted(bytes(value[:4]))
+
+
+@functools.lru_cache(maxsize=4096)  # a table names the same few real servers again and again
+def _dotted(four):
+    return ".".join(str(b) for b in four)
 
 
 def _be16_value(value):
@@ -292,6 +298,11 @@ _INTEGERS = {
     _first_u32: lambda size: (_uint_codes(4) + (f"{size - 4}x" if size > 4 else ""), None),
     _forward: lambda size: (_uint_codes(size), lambda value: value & 0x7),
 }
+# The same for values a struct reads as bytes: {decoder: (codes, post)}.
+_BYTES = {
+    _ipv4: lambda size: ("4s" + (f"{size - 4}x" if size > 4 else ""), _dotted)
+    if size >= 4 else None,
+}
 
 
 class _Layout:
@@ -335,8 +346,9 @@ class _Layout:
                 picks.append((wanted[0], tuple(i for _n, (i,), _p in nested),
                               lambda values, names=names: dict(zip(names, values))))
             elif wanted is not None:
-                integer = _INTEGERS.get(wanted[1])
-                codes, post = integer(size) if integer and size else (f"{size}s", wanted[1])
+                form = _INTEGERS.get(wanted[1]) or _BYTES.get(wanted[1])
+                read = form(size) if form and size else None
+                codes, post = read if read is not None else (f"{size}s", wanted[1])
                 picks.append((wanted[0], (self._add(codes, 1),), post))
             elif size:
                 self._add(f"{size}x", 0)
