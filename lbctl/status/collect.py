@@ -116,7 +116,9 @@ def service_status(svc, drained=frozenset()):
         in_bytes_per_s=stats.inbps,
         real_servers=tuple(RealServerStatus(
             address=f"{d.address}:{d.port}", forward=FORWARD_NAMES.get(d.forward, str(d.forward)),
-            weight=d.weight, drained=DestKey(svc.key, d.address, d.port) in drained,
+            weight=d.weight,
+            # (Most nodes have nothing drained: no key made for each of thousands.)
+            drained=bool(drained) and DestKey(svc.key, d.address, d.port) in drained,
             active=d.active, inactive=d.inactive, connections=d.stats.conns,
             in_bytes=d.stats.inbytes, conns_per_s=d.stats.cps, in_bytes_per_s=d.stats.inbps)
             for d in svc.dests))
