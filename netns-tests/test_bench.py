@@ -95,7 +95,7 @@ def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp
 def test_the_control_plane_benchmark_shows_a_weight_reload_keeping_keepalived_table(
         tmp_path):
     text = run_bench("ipvs_apply.py", tmp_path, "--services", "2", "--reals", "2",
-                     "--keepalived-services", "3", plotted=False)
+                     "--runs", "1", "--keepalived-services", "3", plotted=False)
     measured = table_rows(text, 4)  # the footprint's and the keepalived engine's tables
     assert {"lbctl status", "lbctl plan", "apply, full, returned", "apply, no-op",
             "apply, one weight, in the kernel"} <= set(measured), text
