@@ -117,6 +117,15 @@ def test_the_control_plane_benchmark_shows_a_weight_reload_keeping_keepalived_ta
         assert verdict.endswith(("met.", "not met.")), verdict
 
 
+def test_the_plan_against_a_saved_dump_decodes_it_and_plans_no_ipvs_change(tmp_path):
+    text = run_bench("offline_plan.py", tmp_path, "--services", "3", "--reals", "2",
+                     "--runs", "1", plotted=False)
+    parts = table_rows(text, 3)
+    for part in ("interpreter start", "imports", "read and validate the file",
+                 "kernel dump: decoding", "plan", "the whole command"):
+        assert float(parts[part][1]) > 0 and float(parts[part][2]) > 0, (part, text)
+
+
 def test_the_scheduler_benchmark_shows_least_connection_sparing_the_slow_worker(tmp_path):
     text = run_bench("schedulers.py", tmp_path, "--schedulers", "rr,lc", "--seconds", "4")
     measured = table_rows(text, 7)
