@@ -354,3 +354,23 @@ def test_plan_on_a_balancer_without_ip_vs_loaded_shows_everything_to_add_and_loa
     assert "+ service tcp 192.168.100.10:80 scheduler wrr" in shown
     assert loaded == []  # no modprobe: plan changed nothing
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_foreign_service_beside_a_drained_worker_is_shown_and_not_drained():
+    """A fwmark or IPv6 service lbctl did not make has no key; a node with a
+    drain must still show it."""
+    from ipaddress import IPv4Address
+
+    from lbctl.adapters.protocols import IpvsDest, IpvsService
+    from lbctl.config.model import DestKey, ServiceKey
+    from lbctl.status.collect import service_status
+
+    pi1 = IPv4Address("192.168.100.3")
+    web = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
+    drained = {DestKey(web, pi1, 80)}
+    fwmark = IpvsService(None, "fwmark 7", "wlc", 0, (IpvsDest(pi1, 80, 1, 3),))
+    ours = IpvsService(web, str(web), "wlc", 0, (IpvsDest(pi1, 80, 0, 3),))
+    assert [rs.drained for rs in service_status(fwmark, drained).real_servers] == [False]
+    assert [rs.drained for rs in service_status(ours, drained).real_servers] == [True]
+    # Keys of foreign services still hash, as any key in a set must.
+    assert DestKey(None, pi1, 80) not in drained

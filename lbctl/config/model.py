@@ -182,7 +182,10 @@ class ServiceKey:
     # each key of the tables plan and apply hold by the ten thousand.  Equal
     # keys have equal addresses, so hashing the addresses' numbers is as good.
     def __hash__(self):
-        return hash((self.protocol, self.vip._ip, self.port))
+        try:
+            return hash((self.protocol, self.vip._ip, self.port))
+        except AttributeError:  # not an address: hashed as dataclass would
+            return hash((self.protocol, self.vip, self.port))
 
 
 @dataclass(frozen=True, order=True)
@@ -195,9 +198,12 @@ class DestKey:
         return f"{self.service} -> {self.address}:{self.port}"
 
     def __hash__(self):
-        service = self.service
-        return hash((service.protocol, service.vip._ip, service.port, self.address._ip,
-                     self.port))
+        try:
+            service = self.service
+            return hash((service.protocol, service.vip._ip, service.port, self.address._ip,
+                         self.port))
+        except AttributeError:  # a foreign service's (key None), or no address
+            return hash((self.service, self.address, self.port))
 
 
 @dataclass(frozen=True)

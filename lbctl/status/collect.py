@@ -118,7 +118,8 @@ def service_status(svc, drained=frozenset()):
             address=f"{d.address}:{d.port}", forward=FORWARD_NAMES.get(d.forward, str(d.forward)),
             weight=d.weight,
             # (Most nodes have nothing drained: no key made for each of thousands.)
-            drained=bool(drained) and DestKey(svc.key, d.address, d.port) in drained,
+            drained=bool(drained) and svc.key is not None  # (a foreign one: never drained)
+            and DestKey(svc.key, d.address, d.port) in drained,
             active=d.active, inactive=d.inactive, connections=d.stats.conns,
             in_bytes=d.stats.inbytes, conns_per_s=d.stats.cps, in_bytes_per_s=d.stats.inbps)
             for d in svc.dests))
