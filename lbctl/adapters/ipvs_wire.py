@@ -15,6 +15,7 @@ import functools
 import operator
 import socket
 import struct
+import sys
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
@@ -173,8 +174,9 @@ def iter_attrs(payload):
 
 
 def _uint(value):
+    # Netlink's integers are in the host's order, as _Layout's struct reads them.
     return int.from_bytes(value[:8] if len(value) >= 8 else value[:4] if len(value) >= 4
-                          else value[:2], "little")
+                          else value[:2], sys.byteorder)
 
 
 def _stats(value):
