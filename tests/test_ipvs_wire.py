@@ -2,6 +2,7 @@
 
 import errno
 import socket
+import struct
 from ipaddress import IPv4Address
 
 import pytest
@@ -177,7 +178,11 @@ def test_each_dumped_entry_is_read_by_its_own_headers():
     other = _dest_payload(swapped, 7, 1 << 40)
     assert len(first) == len(other) and first != other
     expected = {"addr": "192.168.100.6", "port": 80, "forward": 3, "active": 0, "inactive": 0}
-    for _ in range(2):  # the second time through, both layouts are known
+    # The first is read through the layout made of it; the other, of the same
+    # length but other headers, is walked, the second time through as well.
+    assert ipvs_wire._layout(ipvs_wire._DEST_FIELDS, first).decode(first, {}) is not None
+    assert ipvs_wire._layout(ipvs_wire._DEST_FIELDS, first).decode(other, {}) is None
+    for _ in range(2):
         assert ipvs_wire.parse_dest(first) == {**expected, "weight": 2,
                                                "stats": {"conns": 5, "inpkts": 2}}
         assert ipvs_wire.parse_dest(other) == {**expected, "weight": 7,
@@ -187,6 +192,20 @@ def test_each_dumped_entry_is_read_by_its_own_headers():
         attrs = ipvs_wire.nla(ipvs_wire.SVC_SCHED_NAME, name.encode() + b"\0") \
             + ipvs_wire.nla(ipvs_wire.SVC_PORT, b"\0\x50")
         assert ipvs_wire.parse_service(attrs)["scheduler"] == name
+
+
+def test_an_empty_counter_reads_as_zero_and_a_full_layout_cache_still_reads_right(
+        monkeypatch):
+    stats = ipvs_wire.nla(1, b"") + ipvs_wire.nla(3, struct.pack("=Q", 9))
+    attrs = (ipvs_wire.nla(ipvs_wire.DEST_WEIGHT, struct.pack("=I", 4))
+             + ipvs_wire.nla(ipvs_wire.DEST_STATS64, stats))
+    for _ in range(2):
+        assert ipvs_wire.parse_dest(attrs) == {"weight": 4, "active": 0, "inactive": 0,
+                                               "stats": {"conns": 0, "outpkts": 9}}
+    monkeypatch.setattr(ipvs_wire, "_LAYOUTS", {})
+    monkeypatch.setattr(ipvs_wire, "_MAX_LAYOUTS", 0)
+    assert ipvs_wire.parse_dest(attrs)["stats"] == {"conns": 0, "outpkts": 9}
+    assert ipvs_wire._LAYOUTS == {}
 
 
 def test_the_kernels_sixteen_byte_address_union_reads_as_ipv4():

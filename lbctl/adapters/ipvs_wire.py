@@ -270,19 +270,22 @@ def _walk(attrs, fields, defaults):
     return found
 
 
-_LAYOUTS = {}  # {(id of a fields table, entry length): _Layout or None}
+# {(id of a fields table, entry length): _Layout or None}.  The tables are
+# this module's constants, so their ids stay theirs.
+_LAYOUTS = {}
+_MAX_LAYOUTS = 64  # a handful of kinds and kernels; the cache never grows past it
 
 
 def _layout(fields, attrs):
     """The _Layout of entries of `fields`' kind as long as `attrs`, made from
-    `attrs`; None where its attributes do not tile it."""
+    `attrs`; None where its attributes do not tile it, or where the cache is
+    full (a layout used once costs more than a walk)."""
     key = (id(fields), len(attrs))
     if key not in _LAYOUTS:
+        if len(_LAYOUTS) >= _MAX_LAYOUTS:
+            return None
         layout = _Layout(attrs, fields)
-        made = layout if layout.tiled else None
-        if len(_LAYOUTS) < 64:  # a handful of kinds and kernels; never grows without bound
-            _LAYOUTS[key] = made
-        return made
+        _LAYOUTS[key] = layout if layout.tiled else None
     return _LAYOUTS[key]
 
 
@@ -295,9 +298,11 @@ def _uint_codes(size):
 # The decoders whose value a struct reads as an integer: {decoder: (its
 # codes for a value of `size` bytes, what makes the field of that integer)}.
 # Most of an entry then needs no Python call at all.
+# None: a value of that size is left to the decoder itself.
 _INTEGERS = {
     _uint: lambda size: (_uint_codes(size), None),
-    _first_u32: lambda size: (_uint_codes(4) + (f"{size - 4}x" if size > 4 else ""), None),
+    _first_u32: lambda size: (_uint_codes(4) + (f"{size - 4}x" if size > 4 else ""), None)
+    if size >= 4 else None,
     _forward: lambda size: (_uint_codes(size), lambda value: value & 0x7),
 }
 # The same for values a struct reads as bytes: {decoder: (codes, post)}.
@@ -341,8 +346,10 @@ class _Layout:
             size = length - 4
             if wanted is not None and wanted[1] is _stats:
                 nested = []
+                # Counters read as integers make the dict as they are; any
+                # other (an empty one) is left to a walk.
                 if not self._read(attrs[offset + 4:offset + length], _STATS_TABLE, nested) \
-                        or len(nested) < 2:
+                        or len(nested) < 2 or any(post for _n, _i, post in nested):
                     return False
                 names = tuple(name for name, _indexes, _post in nested)
                 picks.append((wanted[0], tuple(i for _n, (i,), _p in nested),
