@@ -20,12 +20,13 @@ class FakeIpvs:
         self.daemons = []  # [SyncDaemon]
         self.dumped = []  # what each dump() was asked for: None (all) or {ServiceKey}
 
-    def dump(self, services=None):
-        self.dumped.append(None if services is None else set(services))
+    def dump(self):
+        self.dumped.append(None)
+        return self._table()
+
+    def _table(self):
         result = []
         for key, spec in sorted(self.services.items()):
-            if services is not None and key not in services:
-                continue
             # As the kernel lists them: each new one at the head of the list.
             dests = tuple(IpvsDest(d.address, d.port, w, fwd, active)
                           for d, (w, fwd, active) in reversed(self.dests.items())
@@ -33,6 +34,11 @@ class FakeIpvs:
             result.append(IpvsService(key, str(key), spec.scheduler, spec.persistence, dests,
                                       flags=spec.flags))
         return result
+
+    def real_servers(self, services):
+        self.dumped.append(set(services))
+        table = {svc.key: svc.dests for svc in self._table()}
+        return {key: table.get(key, ()) for key in services}
 
     def run(self, ops):
         results = []

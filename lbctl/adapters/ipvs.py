@@ -73,14 +73,22 @@ class IpvsNetlink:
         self.load_module = load_module
 
     # -- reading -----------------------------------------------------------
-    def dump(self, services=None):
-        """The table as apply, plan and drain need it: counters at zero
-        (snapshot() has them).  `services` (ServiceKeys): only those, each
-        read by its key, where a whole table would be thousands."""
-        table = self._with_family(
-            lambda sock, family: sock.ipvs_table(family, stats=False, services=services),
-            absent=())
+    def dump(self):
+        """The table as apply, plan and drain need it: counters at zero (snapshot() has them)."""
+        table = self._with_family(lambda sock, family: sock.ipvs_table(family, stats=False),
+                                  absent=())
         return _services(table)
+
+    def real_servers(self, services):
+        """{ServiceKey: (IpvsDest, ...)} of the given services, each read by its
+        key, counters at zero: what a whole dump would give for them, where
+        the table may hold thousands."""
+        def read(sock, family):
+            return {key: sock.real_servers(family, key) for key in services}
+
+        found = self._with_family(read, absent={})
+        made = _Made()
+        return {key: made.real_servers(dests) for key, dests in found.items()}
 
     def timeouts(self):
         """The kernel's IPVS timeouts: {"tcp": s, "tcp_fin": s, "udp": s}; {}
@@ -172,36 +180,47 @@ NO_STATS = IpvsStats()  # what a dump without counters gives every entry
 
 
 def _services(table):
-    """IpvsServices of ipvs_wire's dicts.  The same few real servers recur
-    in many services: each address is made into an IPv4Address once."""
-    addresses = {}
-
-    def address(text):
-        found = addresses.get(text)
-        if found is None:
-            found = addresses[text] = IPv4Address(text)
-        return found
-
-    def stats(counters):
-        return IpvsStats(**counters) if counters else NO_STATS
-
+    """IpvsServices of ipvs_wire's dicts."""
+    made = _Made()
     services = []
     for svc, dests in table:
         flags = svc.get("flags", 0)
         persistence = svc.get("timeout", 0) if flags & ipvs_wire.IP_VS_SVC_F_PERSISTENT else 0
         proto = PROTOCOL_NAMES.get(svc.get("protocol"))
-        real_servers = tuple(IpvsDest(address(d["addr"]), d["port"], d["weight"], d["forward"],
-                                      d["active"], d["inactive"], stats(d["stats"]))
-                             for d in dests if "addr" in d)
+        real_servers = made.real_servers(dests)
         flag_names = ipvs_wire.flag_names(flags, svc.get("scheduler", ""))
         scheduler = svc.get("scheduler", "")
         if svc.get("fwmark") or proto is None or svc.get("af") != socket.AF_INET:
             label = f"fwmark {svc['fwmark']}" if svc.get("fwmark") else \
                 f"proto {svc.get('protocol')} {svc.get('addr')}"
             services.append(IpvsService(None, label, scheduler, persistence, real_servers,
-                                        stats(svc["stats"]), flag_names))
+                                        made.stats(svc["stats"]), flag_names))
             continue
-        key = ServiceKey(proto, address(svc["addr"]), svc["port"])
+        key = ServiceKey(proto, made.address(svc["addr"]), svc["port"])
         services.append(IpvsService(key, str(key), scheduler, persistence, real_servers,
-                                    stats(svc["stats"]), flag_names))
+                                    made.stats(svc["stats"]), flag_names))
     return services
+
+
+class _Made:
+    """Model objects of ipvs_wire's dicts, for one read.  The same few real
+    servers recur in many services: each address is made into an
+    IPv4Address once."""
+
+    def __init__(self):
+        self.addresses = {}
+
+    def address(self, text):
+        found = self.addresses.get(text)
+        if found is None:
+            found = self.addresses[text] = IPv4Address(text)
+        return found
+
+    @staticmethod
+    def stats(counters):
+        return IpvsStats(**counters) if counters else NO_STATS
+
+    def real_servers(self, dests):
+        return tuple(IpvsDest(self.address(d["addr"]), d["port"], d["weight"], d["forward"],
+                              d["active"], d["inactive"], self.stats(d["stats"]))
+                     for d in dests if "addr" in d)

@@ -516,13 +516,11 @@ class GenlSocket:
     def set_timeouts(self, family, timeouts):
         self.ask(family, IPVS_CMD_SET_CONFIG, config_attrs(timeouts))
 
-    def ipvs_table(self, family, stats=True, services=None):
+    def ipvs_table(self, family, stats=True):
         """Every IPVS service with its real servers: [(service dict, [dest dicts])];
-        without `stats`, their counters are left out.  `services` (ServiceKeys):
-        only those of them the kernel has, each asked for by its key."""
+        without `stats`, their counters are left out."""
         table = []
-        for payload in (self.dump(family, IPVS_CMD_GET_SERVICE) if services is None
-                        else self._each_service(family, services)):
+        for payload in self.dump(family, IPVS_CMD_GET_SERVICE):
             svc = parse_service(_top_attr(payload, IPVS_CMD_ATTR_SERVICE) or b"", stats)
             dests = [parse_dest(_top_attr(p, IPVS_CMD_ATTR_DEST) or b"", stats)
                      for p in self.dump(family, IPVS_CMD_GET_DEST,
@@ -530,13 +528,11 @@ class GenlSocket:
             table.append((svc, dests))
         return table
 
-    def _each_service(self, family, keys):
-        for key in keys:
-            try:
-                yield from self.ask(family, IPVS_CMD_GET_SERVICE, service_attrs(key))
-            except OSError as exc:
-                if exc.errno != errno.ESRCH:  # the kernel's "no such service"
-                    raise
+    def real_servers(self, family, key):
+        """The real servers of one service, by its key, without counters:
+        [dest dicts]; none where the kernel has no such service."""
+        return [parse_dest(_top_attr(p, IPVS_CMD_ATTR_DEST) or b"", stats=False)
+                for p in self.dump(family, IPVS_CMD_GET_DEST, service_attrs(key))]
 
     def sync_daemons(self, family):
         """The running connection sync daemons, master and backup: [daemon dicts]."""

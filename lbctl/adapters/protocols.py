@@ -90,8 +90,10 @@ class OpResult:
 
 @runtime_checkable
 class Ipvs(Protocol):
-    # [IpvsService], their stats left at zero; `services` (ServiceKeys): only those.
-    def dump(self, services=None) -> list: ...
+    def dump(self) -> list: ...  # [IpvsService], their stats left at zero
+
+    # {ServiceKey: (IpvsDest, ...)} of those services, stats at zero; () where none.
+    def real_servers(self, services) -> dict: ...
 
     def run(self, ops: list) -> list: ...  # [OpResult], one per op, same order
 

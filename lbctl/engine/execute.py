@@ -216,12 +216,10 @@ def _drain(adapters, drains, report):
     in_use = {}
     # Only the drained real servers' services: one real server leaving a
     # table of thousands reads one service back, not the table again.
-    for svc in adapters.ipvs.dump({c.key.service for c in drains}):
-        if svc.key is None:
-            continue
-        for d in svc.dests:
+    for key, dests in adapters.ipvs.real_servers({c.key.service for c in drains}).items():
+        for d in dests:
             spec = DestSpec(d.weight, d.forward, d.active, d.inactive)
-            in_use[(svc.key, d.address, d.port)] = spec.in_use(svc.key.protocol)
+            in_use[(key, d.address, d.port)] = spec.in_use(key.protocol)
     idle, busy = [], []
     for c in drains:
         (busy if in_use.get((c.key.service, c.key.address, c.key.port), 0) else idle).append(c)
