@@ -282,11 +282,12 @@ def breakdown_table(found, services, reals):
     parts = fixed_first + sorted(measured, key=PART_ORDER.index) + fixed_last
     lines = [f"Where the time goes at {services} x {reals}, measured inside each command "
              "(bench/breakdown.py: a clock around each part, in the same run; an empty cell "
-             "is a part the command does not have).  The interpreter's start is what the "
-             "process spent before its clocks began: Python's own start, and the few modules "
-             "the clocks import.  \"imports\" is lbctl's imports, made before the command "
-             "runs, and the last row is the same imports' sum by `python -X importtime`, "
-             "which slows what it measures:", "",
+             "is a part the command does not have).  The interpreter's start is the whole "
+             "process's time less what its clocks measured: starting and ending Python and "
+             "the process, and the clocks' own few imports.  \"imports\" is lbctl's imports, "
+             "made before the command runs; the last row is the sum `python -X importtime` "
+             "gives for the same command, its interpreter's own imports included, which "
+             "slows what it measures:", "",
              "| part | " + " | ".join(commands) + " |",
              "| --- |" + " --- |" * len(commands)]
     for part in parts:

@@ -6,8 +6,10 @@ besides talking to the kernel needs no IPVS, so it is measured here on
 the machine itself: the whole `lbctl plan` command, run as a user runs it
 in a network namespace of its own (where the balancer's address is), with
 only the kernel's replies to its dump taken from bytes laid out as Linux
-6.1's ip_vs_ctl.c lays them out.  Every byte is still decoded by lbctl's
-own code.  bench/breakdown.py's clocks give the parts, against a bare
+6.1's ip_vs_ctl.c lays them out, handed to lbctl's decoder where its
+socket would have read them: the reads, and the splitting of datagrams
+into messages, are all that is left out.  The table is as uniform as
+ipvs_apply.py's (one VIP, the same ten workers in every service).  bench/breakdown.py's clocks give the parts, against a bare
 `python3 -c pass` measured in the same run:
 
     python bench/offline_plan.py [--services 1000] [--reals 10] [--runs 3]
@@ -176,8 +178,9 @@ def inside(args):
             f"`bench/offline_plan.py`, {machine()}.  `lbctl plan` of the {args.services} x "
             f"{args.reals} file, run as a user runs it in a network namespace of its own, "
             "with the kernel's replies to its dump taken from bytes laid out as Linux 6.1 "
-            "lays them out (this machine's kernel has no IPVS); lbctl decodes them as it "
-            "decodes the kernel's.  Each column is the quickest of "
+            "lays them out (this machine's kernel has no IPVS), handed to lbctl's decoder "
+            "where its socket would have read them (the socket's reads and the splitting of "
+            "datagrams into messages are left out).  Each column is the quickest of "
             f"{args.runs} runs.  Seconds:\n\n" + table(found, bare, args))
     print(section("bench/offline_plan.py", text))
 
