@@ -374,3 +374,47 @@ def test_a_foreign_service_beside_a_drained_worker_is_shown_and_not_drained():
     assert [rs.drained for rs in service_status(ours, drained).real_servers] == [True]
     # Keys of foreign services still hash, as any key in a set must.
     assert DestKey(None, pi1, 80) not in drained
+
+
+def test_status_watch_reads_each_frame_on_one_socket_and_a_failed_read_starts_anew(
+        monkeypatch):
+    from lbctl.adapters import ipvs, ipvs_wire
+
+    made = []
+
+    class Socket:
+        """The socket's side that _with_family uses, counting what it is asked."""
+
+        def __init__(self):
+            self.families, self.closed, self.fail = 0, False, False
+            made.append(self)
+
+        def family(self, name):
+            self.families += 1
+            return 42
+
+        def ipvs_table(self, family, stats=True):
+            if self.fail:
+                raise OSError(errno.EIO, "cut short")
+            return []
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(ipvs_wire, "GenlSocket", Socket)
+    watching = ipvs.IpvsNetlink(load_module=False, keep_open=True)
+    for _ in range(3):
+        assert watching.dump() == []
+    assert len(made) == 1 and made[0].families == 1 and not made[0].closed
+    made[0].fail = True
+    with pytest.raises(OSError):
+        watching.dump()
+    assert made[0].closed  # its remains are never read as the next frame's
+    assert watching.dump() == [] and len(made) == 2
+    watching.close()
+    assert made[1].closed
+    # Any other reader opens a socket for each read and closes it.
+    once = ipvs.IpvsNetlink(load_module=False)
+    once.dump()
+    once.dump()
+    assert len(made) == 4 and all(s.closed for s in made)

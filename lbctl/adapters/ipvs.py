@@ -66,11 +66,20 @@ def holds_capability(number, status="/proc/self/status"):
 
 
 class IpvsNetlink:
-    def __init__(self, load_module=True):
+    def __init__(self, load_module=True, keep_open=False):
         """`load_module`: load ip_vs when it is not loaded yet (apply, drain).
         A command that only reads (plan) passes False, and finds an empty
-        table: reading the state must not change it."""
+        table: reading the state must not change it.  `keep_open`: one
+        socket, and the family looked up once, for every read until close()
+        (status --watch reads the table each second)."""
         self.load_module = load_module
+        self.keep_open = keep_open
+        self._kept = None  # (GenlSocket, family id) while kept open
+
+    def close(self):
+        if self._kept is not None:
+            self._kept[0].close()
+            self._kept = None
 
     # -- reading -----------------------------------------------------------
     def dump(self):
@@ -103,17 +112,32 @@ class IpvsNetlink:
         """call(sock, family); `absent` when ip_vs is not loaded and, for a
         read, may not be loaded.  A write loads it whatever load_module says;
         `load=False` never does."""
-        sock = ipvs_wire.GenlSocket()
+        if self._kept is not None:
+            sock, family = self._kept
+        else:
+            sock, family = ipvs_wire.GenlSocket(), None
+        kept = False
         try:
-            may_load = (self.load_module or write) if load is None else load
-            family = _ipvs_family(sock, may_load)
-            return absent if family is None else call(sock, family)
+            if family is None:
+                may_load = (self.load_module or write) if load is None else load
+                family = _ipvs_family(sock, may_load)
+            if family is None:
+                return absent
+            found = call(sock, family)
+            # Kept only after a whole answer: one cut short would leave its
+            # remains for the next read.
+            kept = self.keep_open
+            return found
         except PermissionError:
             if write:
                 raise  # apply names the write that was refused (execute.py)
             raise KernelError(READ_NEEDS_ROOT) from None
         finally:
-            sock.close()
+            if kept:
+                self._kept = (sock, family)
+            else:
+                self._kept = None
+                sock.close()
 
     def snapshot(self):
         """Services and sync daemons, or None when the ip_vs module is not loaded.

@@ -58,12 +58,15 @@ def run_watch(args, out):
     from lbctl.status.watch import frame, watch
 
     names = Names.of(_clusters_named(args))
-    ipvs = IpvsNetlink(load_module=False)
+    ipvs = IpvsNetlink(load_module=False, keep_open=True)
 
     def render(status, previous, seconds):
         return frame(status, previous, seconds, names, time.time())
 
-    return watch(lambda: collect(args.root, ipvs=ipvs), render, args.interval, out)
+    try:
+        return watch(lambda: collect(args.root, ipvs=ipvs), render, args.interval, out)
+    finally:
+        ipvs.close()
 
 
 def _clusters_named(args):
