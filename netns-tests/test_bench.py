@@ -122,8 +122,11 @@ def test_the_plan_against_a_saved_dump_decodes_it_and_plans_no_ipvs_change(tmp_p
                      "--runs", "1", plotted=False)
     parts = table_rows(text, 3)
     for part in ("interpreter start", "imports", "read and validate the file",
-                 "kernel dump: decoding", "plan", "the whole command"):
+                 "the whole command"):
         assert float(parts[part][1]) > 0 and float(parts[part][2]) > 0, (part, text)
+    # The replies went through lbctl's reads and decoding, and were planned from.
+    for part in ("kernel dump: the saved replies, framed and read", "kernel dump: decoding", "plan"):
+        assert parts[part][1] != "" and parts[part][2] != "", (part, text)
 
 
 def test_the_scheduler_benchmark_shows_least_connection_sparing_the_slow_worker(tmp_path):
