@@ -38,6 +38,22 @@ PARTS = (
     ("status: formatting", "lbctl.status.render", "format_status"),
 )
 
+# The rows a breakdown table shows around the measured parts: what the
+# benchmark adds from outside the command's clocks.
+FIRST_ROWS = ("interpreter start", "imports")
+LAST_ROWS = ("the rest", "the whole command", "-X importtime, its imports")
+
+
+def ordered_rows(found):
+    """The rows of a table of breakdowns ({label: {part: seconds}}): the
+    start and the imports, then each part measured in the order the
+    commands run them, then the totals."""
+    order = list(dict.fromkeys(part for part, _module, _attribute in PARTS))
+    measured = {part for parts in found.values() for part in parts}
+    middle = sorted(measured - set(FIRST_ROWS) - set(LAST_ROWS), key=order.index)
+    return list(FIRST_ROWS) + middle + list(LAST_ROWS)
+
+
 IMPORT_LINE = re.compile(r"^import time:\s+\d+ \|\s+(\d+) \|( *)(\S+)")
 
 

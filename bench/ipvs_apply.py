@@ -43,7 +43,7 @@ from pathlib import Path
 import yaml
 
 from lbctl.lab.shell import run
-from breakdown import PARTS as BREAKDOWN_PARTS, imported_modules
+from breakdown import imported_modules, ordered_rows
 from private_netns import run_benchmark
 from report import machine, section
 
@@ -215,9 +215,6 @@ def adapter_and_footprint(services, reals, applied, runs):
     return found, sizes
 
 
-BREAKDOWN_COMMANDS = ("apply, full", "apply, no-op", "apply, one server", "status")
-
-
 def breakdowns(services, reals, tmp, runs):
     """At the largest size: where each command's time goes, {command: {part:
     seconds}}, from the run of each command that took least in all.  Each
@@ -276,10 +273,6 @@ def breakdowns(services, reals, tmp, runs):
 
 def breakdown_table(found, services, reals):
     commands = list(found)
-    fixed_first = ["interpreter start", "imports"]
-    fixed_last = ["the rest", "the whole command", "-X importtime, its imports"]
-    measured = {p for f in found.values() for p in f} - set(fixed_first) - set(fixed_last)
-    parts = fixed_first + sorted(measured, key=PART_ORDER.index) + fixed_last
     lines = [f"Where the time goes at {services} x {reals}, measured inside each command "
              "(bench/breakdown.py: a clock around each part, in the same run; an empty cell "
              "is a part the command does not have).  The interpreter's start is the whole "
@@ -290,13 +283,10 @@ def breakdown_table(found, services, reals):
              "slows what it measures:", "",
              "| part | " + " | ".join(commands) + " |",
              "| --- |" + " --- |" * len(commands)]
-    for part in parts:
+    for part in ordered_rows(found):
         cells = [f"{found[c][part]:.2f}" if part in found[c] else "" for c in commands]
         lines.append(f"| {part} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
-
-PART_ORDER = [part for part, _module, _attribute in BREAKDOWN_PARTS]
 
 
 # lbctl's default timing (a check every 2 s), in keepalived's own TCP check

@@ -235,19 +235,12 @@ def _timed(argv):
 
 
 def table(found, bare, args):
-    from ipvs_apply import PART_ORDER
+    from breakdown import ordered_rows
 
     labels = list(found)
-    parts = list(dict.fromkeys(
-        ["interpreter start", "imports"]
-        + sorted({p for f in found.values() for p in f} - {"interpreter start", "imports",
-                                                           "the rest", "the whole command",
-                                                           "-X importtime, its imports"},
-                 key=lambda p: PART_ORDER.index(p) if p in PART_ORDER else len(PART_ORDER))
-        + ["the rest", "the whole command", "-X importtime, its imports"]))
     lines = ["| part | " + " | ".join(labels) + " |", "| --- |" + " --- |" * len(labels)]
     shown = {"kernel dump: netlink round trips": "kernel dump: the saved replies, framed and read"}
-    for part in parts:
+    for part in ordered_rows(found):
         lines.append(f"| {shown.get(part, part)} | " + " | ".join(
             f"{found[label][part]:.3f}" if part in found[label] else "" for label in labels) + " |")
     lines.append("| python3 -c pass, for comparison | " + " | ".join(f"{bare:.3f}" for _ in labels)
