@@ -522,17 +522,20 @@ class GenlSocket:
         table = []
         for payload in self.dump(family, IPVS_CMD_GET_SERVICE):
             svc = parse_service(_top_attr(payload, IPVS_CMD_ATTR_SERVICE) or b"", stats)
-            dests = [parse_dest(_top_attr(p, IPVS_CMD_ATTR_DEST) or b"", stats)
-                     for p in self.dump(family, IPVS_CMD_GET_DEST,
-                                        nla(IPVS_CMD_ATTR_SERVICE, svc["key"]))]
-            table.append((svc, dests))
+            table.append((svc, self._dests(family, nla(IPVS_CMD_ATTR_SERVICE, svc["key"]),
+                                           stats)))
         return table
 
     def real_servers(self, family, key):
         """The real servers of one service, by its key, without counters:
         [dest dicts]; none where the kernel has no such service."""
-        return [parse_dest(_top_attr(p, IPVS_CMD_ATTR_DEST) or b"", stats=False)
-                for p in self.dump(family, IPVS_CMD_GET_DEST, service_attrs(key))]
+        return self._dests(family, service_attrs(key), stats=False)
+
+    def _dests(self, family, service, stats):
+        """The real servers the kernel dumps for `service`, the service
+        attribute that names one by its key."""
+        return [parse_dest(_top_attr(payload, IPVS_CMD_ATTR_DEST) or b"", stats)
+                for payload in self.dump(family, IPVS_CMD_GET_DEST, service)]
 
     def sync_daemons(self, family):
         """The running connection sync daemons, master and backup: [daemon dicts]."""
