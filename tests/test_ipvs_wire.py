@@ -263,3 +263,29 @@ def test_stopping_a_sync_daemon_names_its_role_only():
     # pyroute2 leaves this nest undecoded: one attribute, 8 bytes long, of
     # type 1 (IPVS_DAEMON_ATTR_STATE), holding 2 (IP_VS_STATE_BACKUP).
     assert msg.get_attr("IPVS_CMD_ATTR_DAEMON") == "08:00:01:00:02:00:00:00"
+
+
+def test_a_dump_becomes_services_keyed_as_lbctl_makes_them_and_others_by_a_label():
+    from lbctl.adapters.ipvs import _services
+
+    counters = {"conns": 7, "inpkts": 1, "outpkts": 0, "inbytes": 60, "outbytes": 0, "cps": 0,
+                "inpps": 0, "inbps": 0, "outbps": 0}
+    dest = {"addr": "192.168.100.6", "port": 80, "weight": 2, "forward": 2, "active": 1,
+            "inactive": 3, "stats": counters}
+    web = {"af": socket.AF_INET, "protocol": socket.IPPROTO_TCP, "addr": "192.168.100.10",
+           "port": 80, "scheduler": "sh",
+           "flags": ipvs_wire.IP_VS_SVC_F_PERSISTENT | ipvs_wire.IP_VS_SVC_F_SCHED2,
+           "timeout": 300, "stats": counters}
+    marked = {"af": socket.AF_INET, "fwmark": 5, "scheduler": "rr", "flags": 0, "stats": {}}
+    sixes = {"af": socket.AF_INET6, "protocol": socket.IPPROTO_TCP, "addr": "192.168.100.11",
+             "port": 443, "scheduler": "rr", "flags": 0, "stats": {}}
+    found = _services([(web, [dest]), (marked, [dest]), (sixes, [])])
+    assert [(s.key, s.label, s.scheduler, s.persistence) for s in found] == [
+        (WEB, str(WEB), "sh", 300), (None, "fwmark 5", "rr", 0),
+        (None, "proto 6 192.168.100.11", "rr", 0)]
+    assert found[0].stats.conns == 7 and found[1].stats.conns == 0
+    (pi3,) = found[1].dests
+    assert (pi3.address, pi3.port, pi3.weight, pi3.active, pi3.inactive) == \
+        (IPv4Address("192.168.100.6"), 80, 2, 1, 3)
+    assert found[0].dests == found[1].dests
+    assert (found[0].flags, found[1].flags) == (("sh-port",), ())

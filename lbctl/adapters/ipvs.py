@@ -211,18 +211,18 @@ def _services(table):
         flags = svc.get("flags", 0)
         persistence = svc.get("timeout", 0) if flags & ipvs_wire.IP_VS_SVC_F_PERSISTENT else 0
         proto = PROTOCOL_NAMES.get(svc.get("protocol"))
-        real_servers = made.real_servers(dests)
-        flag_names = ipvs_wire.flag_names(flags, svc.get("scheduler", ""))
         scheduler = svc.get("scheduler", "")
         if svc.get("fwmark") or proto is None or svc.get("af") != socket.AF_INET:
+            # Not one lbctl makes: no key, and a label to show it by.
+            key = None
             label = f"fwmark {svc['fwmark']}" if svc.get("fwmark") else \
                 f"proto {svc.get('protocol')} {svc.get('addr')}"
-            services.append(IpvsService(None, label, scheduler, persistence, real_servers,
-                                        made.stats(svc["stats"]), flag_names))
-            continue
-        key = ServiceKey(proto, made.address(svc["addr"]), svc["port"])
-        services.append(IpvsService(key, str(key), scheduler, persistence, real_servers,
-                                    made.stats(svc["stats"]), flag_names))
+        else:
+            key = ServiceKey(proto, made.address(svc["addr"]), svc["port"])
+            label = str(key)
+        services.append(IpvsService(key, label, scheduler, persistence, made.real_servers(dests),
+                                    made.stats(svc["stats"]),
+                                    ipvs_wire.flag_names(flags, scheduler)))
     return services
 
 
