@@ -12,7 +12,7 @@ import time
 import ipvs_table
 from clusters import PAIR, WEB_VIP, pair_edited, steady_pair
 from conftest import LOADS, measured
-from lbctl.errors import LabError
+from terminal import Tmux
 from test_keepalived import ALL_WORKERS, _blob_hashes, ipvs_web_weights, pair  # noqa: F401
 
 PI3_WEB = f"-a -t {WEB_VIP}:80 -r 192.168.100.6:80 -g -w"
@@ -412,45 +412,9 @@ def proc_conn(lab, node="lb1"):
                    int(f[6], 16), f[7]) for f in map(str.split, rows))
 
 
-class Tmux:
-    """A real terminal: the test reads the screen as a person would see it."""
-
-    def __init__(self, socket_name="lbctl-watch"):
-        self.base = ["tmux", "-L", socket_name]
-        # A session that stays, and panes that stay after their command ends,
-        # so the screen can be read once lbctl has left it.
-        subprocess.run(self.base + ["new-session", "-d", "-s", "keep"], check=True)
-        subprocess.run(self.base + ["set-option", "-g", "remain-on-exit", "on"], check=True)
-
-    def start(self, argv, width=120, height=32):
-        subprocess.run(self.base + ["new-session", "-d", "-s", "watch", "-x", str(width),
-                                    "-y", str(height), shlex.join(argv)], check=True)
-
-    def screen(self):
-        return subprocess.run(self.base + ["capture-pane", "-p", "-t", "watch"], check=True,
-                              capture_output=True, text=True).stdout
-
-    def show(self, what):
-        return subprocess.run(self.base + ["display-message", "-p", "-t", "watch", what],
-                              check=True, capture_output=True, text=True).stdout.strip()
-
-    def wait_for(self, lab, predicate, timeout, what):
-        """lab.wait_for on the screen; a timeout shows the screen as it was."""
-        try:
-            lab.wait_for(lambda: predicate(self.screen()), timeout=timeout, what=what)
-        except LabError as exc:
-            raise LabError(f"{exc}; the screen:\n{self.screen()}") from None
-
-    def keys(self, *keys):
-        subprocess.run(self.base + ["send-keys", "-t", "watch", *keys], check=True)
-
-    def close(self):
-        subprocess.run(self.base + ["kill-server"], check=False)
-
-
 def test_status_watch_in_a_real_terminal_shows_the_pair_live(lab, pair):
     on_both(lab, "drain", "pi2")
-    tmux = Tmux()
+    tmux = Tmux("lbctl-watch")
     try:
         watching = shlex.join(["ip", "netns", "exec", lab.nodes["lb1"].netns,
                                *lab.lbctl_argv("status", "--watch", "--interval", "1",
