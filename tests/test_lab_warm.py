@@ -67,6 +67,18 @@ def test_a_command_answers_as_a_new_lbctl_process_would(node, tmp_path, monkeypa
     assert "bad.yaml:8:1: top level: unknown key" in warm.run(["validate", "bad.yaml"], timeout=60).stderr
 
 
+def test_merged_output_comes_back_in_the_order_written_as_a_terminal_shows_it(node, tmp_path,
+                                                                            monkeypatch):
+    name, warm = node
+    (tmp_path / "bad.yaml").write_text(CLUSTER + "surprise: 1\n")
+    monkeypatch.chdir(tmp_path)
+    # One pipe holds both: what lbctl wrote on stderr comes back in stdout.
+    apart = warm.run(["validate", "bad.yaml"], timeout=60)
+    merged = warm.run(["validate", "bad.yaml"], timeout=60, merged=True)
+    assert "unknown key" in apart.stderr and apart.stdout == ""
+    assert (merged.returncode, merged.stdout, merged.stderr) == (apart.returncode, apart.stderr, "")
+
+
 def test_the_callers_environment_reaches_the_command(node, tmp_path, monkeypatch):
     _, warm = node
     (tmp_path / "c.yaml").write_text(CLUSTER)

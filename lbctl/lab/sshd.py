@@ -192,15 +192,18 @@ class LabSsh:
         return self.from_client([*args, *asked, "--all", "--ssh-config", self.config],
                                 timeout=timeout)
 
-    def from_client(self, argv, timeout=600):
+    def from_client(self, argv, timeout=600, merged=False):
         """lbctl `argv` in the client namespace, with no terminal: the
-        client's warm lbctl, or a fresh interpreter when "client" is cold."""
+        client's warm lbctl, or a fresh interpreter when "client" is cold.
+        `merged`: stderr in stdout, in the order written (WarmLbctl.run)."""
         started = time.monotonic()
         if "client" in self.cold:  # as a laptop's shell starts it
-            done = self.lab.sh("client", [sys.executable, "-m", "lbctl", *argv], check=False,
-                               timeout=timeout)
+            argv = [sys.executable, "-m", "lbctl", *argv]
+            if merged:
+                argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", *argv]
+            done = self.lab.sh("client", argv, check=False, timeout=timeout)
         else:
-            done = self.lab.warm_lbctl("client").run(argv, timeout)
+            done = self.lab.warm_lbctl("client").run(argv, timeout, merged=merged)
         done.seconds = time.monotonic() - started
         return done
 

@@ -288,9 +288,11 @@ class WarmLbctl:
         self.process, self.namespace = None, None
         self.starting = threading.Lock()
 
-    def run(self, argv, timeout):
+    def run(self, argv, timeout, merged=False):
         """lbctl `argv` in the node, with /dev/null for its stdin, as
-        subprocess.run(capture_output=True, text=True) would give it back."""
+        subprocess.run(capture_output=True, text=True) would give it back.
+        `merged`: its stderr goes into its stdout's pipe, the two in the
+        order written, as a terminal shows them (stderr comes back empty)."""
         self.ensure()
         shown = f"lbctl {' '.join(map(str, argv))} in {self.netns}"
         deadline = time.monotonic() + timeout
@@ -302,7 +304,8 @@ class WarmLbctl:
             try:
                 connection.connect(self.path)
                 request = encode_request(list(map(str, argv)), os.environ, os.getcwd())
-                socket.send_fds(connection, [request], [devnull, stdout_w, stderr_w])
+                socket.send_fds(connection, [request],
+                                [devnull, stdout_w, stdout_w if merged else stderr_w])
                 reply = connection.makefile("r")
                 started = reply.readline().split()
             except OSError as exc:
