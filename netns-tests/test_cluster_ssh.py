@@ -489,9 +489,16 @@ def guide_steps(text):
         elif fence == "sh":
             for command in block:
                 words = shlex.split(command, comments=True)
-                if words[:1] in (["lbctl"], ["ssh"]):
-                    exits = re.search(r"# exits (\d+)", command)
-                    steps.append(["run", words, int(exits[1]) if exits else 0, None])
+                if not words:
+                    continue
+                # The guide says the lab runs every command of a sh block:
+                # one it cannot run belongs in a text block.
+                assert words[0] in ("lbctl", "ssh"), f"the lab cannot run {command!r}"
+                if "--watch" in words:
+                    steps.append(("watch", words))
+                    continue
+                exits = re.search(r"# exits (\d+)", command)
+                steps.append(["run", words, int(exits[1]) if exits else 0, None])
         elif fence == "text" and steps and steps[-1][0] == "run" and steps[-1][3] is None:
             steps[-1][3] = block
         fence = None
@@ -502,6 +509,37 @@ def _shown(text):
     """Output lines as the guide compares them: durations, which vary
     between runs, read as Ns."""
     return re.sub(r"\b\d+(\.\d+)?s\b", "Ns", text.rstrip())
+
+
+def not_as_shown(shown, output):
+    """Why `output` is not what the guide `shows` after a command, or None
+    if it is.  The guide's lines come in the output's order; lines with no
+    `...` between them follow each other there; and a block that does not
+    start (end) with `...` shows the output's first (last) line.  Blank
+    lines count on neither side."""
+    printed = [_shown(line) for line in output.splitlines() if line.strip()]
+    runs, run = [], []  # the guide's lines between its `...`s
+    for line in [line for line in shown if line.strip()]:
+        if line.strip() == "...":
+            runs.append(run)
+            run = []
+        else:
+            run.append(_shown(line))
+    runs.append(run)
+    at = 0
+    for number, run in enumerate(runs):
+        if not run:
+            continue
+        first, last = number == 0, number == len(runs) - 1
+        starts = [i for i in range(at, len(printed) - len(run) + 1)
+                  if printed[i:i + len(run)] == run
+                  and (not first or i == 0) and (not last or i + len(run) == len(printed))]
+        if not starts:
+            where = ("the first lines" if first else "the last lines" if last
+                     else "lines in this order")
+            return f"the guide shows {run} as {where}, after {printed[:at][-1:]}"
+        at = starts[0] + len(run)
+    return None
 
 
 def test_the_first_hour_guide_runs_as_written(lab, fleet):
@@ -522,11 +560,21 @@ def test_the_first_hour_guide_runs_as_written(lab, fleet):
     path.write_text(spec.replace("  user: pi\n", "  user: root\n"))
     before = {name: node_trace(lab, name) for name in GUIDE_NODES}
     fleet.use_installed(GUIDE_NODES)
+    cluster, watch, unlike = yaml.safe_load(spec)["cluster"], None, []
+    known_hosts = os.path.join(fleet.dir, "known_hosts")
+    recorded = open(known_hosts).read()
     with cluster_install._wheel(None) as wheel:
         try:
+            # The laptop has met no Pi yet: the guide's first ssh lines
+            # record their host keys, which lbctl then checks.
+            open(known_hosts, "w").close()
+            met = fleet.lbctl_all("plan", str(path))
+            assert "Host key verification failed." in met.stdout + met.stderr, met.stdout + met.stderr
             for step in steps:
                 if step[0] == "lab":
-                    act_out(lab, step[1], yaml.safe_load(spec)["cluster"])
+                    act_out(lab, step[1], cluster, watch)
+                elif step[0] == "watch":
+                    watch = watch_from_the_guide(fleet, step[1])
                 elif step[0] == "run":
                     _, words, exits, shown = step
                     started = time.monotonic()
@@ -540,11 +588,15 @@ def test_the_first_hour_guide_runs_as_written(lab, fleet):
                         measured("install --all: 5 bare nodes, offline",
                                  seconds=f"{done.seconds:.1f}", nodes=node_seconds(output))
                     assert done.returncode == exits, said
-                    printed = {_shown(line) for line in output.splitlines()}
-                    missing = [line for line in shown or () if line.strip() != "..."
-                               and _shown(line) not in printed]
-                    assert not missing, f"the guide shows {missing}, but:\n{said}"
+                    differs = not_as_shown(shown or ["..."], output)
+                    if differs is not None:  # every such difference, shown at the end
+                        unlike.append(f"{differs}, but:\n{said}")
+            assert not unlike, "\n\n".join(unlike)
         finally:
+            if watch is not None:
+                watch.close()
+            with open(known_hosts, "w") as fh:
+                fh.write(recorded)
             fleet.use_installed([])
     after = {name: node_trace(lab, name) for name in GUIDE_NODES}
     for name in GUIDE_NODES:
@@ -574,23 +626,58 @@ def run_from_the_guide(fleet, words, path, wheel):
         return done
     if "--all" in args:
         args += ["--ssh-config", fleet.config]
-    return fleet.from_client(args, timeout=1200)
+    return fleet.from_client(args, timeout=1200, merged=True)
 
 
-def act_out(lab, what, cluster):
-    """What a person does by hand at a `<!-- lab: ... -->` mark of the guide."""
+def watch_from_the_guide(fleet, words):
+    """The guide's `ssh -t pi@ADDRESS sudo lbctl status --watch`, in a
+    terminal on the client, left running: the lab logs in as root, so
+    without sudo."""
+    import shlex
+
+    from terminal import Tmux
+
+    at = next(i for i, word in enumerate(words) if "@" in word)
+    remote = words[at + 1:]
+    if remote[:1] == ["sudo"]:
+        remote = remote[1:]
+    argv = ["ip", "netns", "exec", fleet.lab.nodes["client"].netns, "ssh", "-F", fleet.config,
+            *words[1:at], "root@" + words[at].rpartition("@")[2], *remote]
+    watch = Tmux("lbctl-guide")
+    watch.start(["bash", "-c", f"{shlex.join(argv)}; echo exited $?; exec sleep 600"])
+    return watch
+
+
+def act_out(lab, what, cluster, watch):
+    """What a person does by hand at a `<!-- lab: ... -->` mark of the
+    guide; `watch`: the terminal running the guide's status --watch."""
     if what == "pull lb1's cable":
+        watch.wait_for(lab, lambda screen: f"cluster {cluster}: VRRP BACKUP" in screen,
+                       timeout=60, what="the watch to show lb2 as the backup")
         lab.set_link("lb1", False)
         lab.wait_for(lambda: lab.vrrp_state("lb2", cluster) == "MASTER", what="lb2 to take over")
+        watch.wait_for(lab, lambda screen: f"cluster {cluster}: VRRP MASTER" in screen,
+                       timeout=30, what="the watch to show lb2 taking over")
     elif what == "plug lb1's cable back in":
         lab.set_link("lb1", True)
         lab.wait_for(lambda: lab.vrrp_state("lb1", cluster) == "BACKUP",
                      what="lb1 back as the backup")
+    elif what == "leave the watch":
+        watch.keys("q")
+        watch.wait_for(lab, lambda screen: "exited " in screen, timeout=30,
+                       what="the watch to end")
+        assert "exited 0" in watch.screen(), watch.screen()
     elif what == "the pair serves":
         # Each worker by its name: an earlier test's rollout left pi3's page a
         # new version ("served by pi3 v2").
-        lab.wait_for(lambda: {a.split()[2] for a in lab.ask(f"http://{WEB_VIP}/", 12)
-                              if a.startswith("served by ")} == {"pi1", "pi2", "pi3"},
+        def workers(answers):
+            return [a.split()[2] for a in answers if a.startswith("served by ")]
+
+        lab.wait_for(lambda: set(workers(lab.ask(f"http://{WEB_VIP}/", 12))) == {"pi1", "pi2", "pi3"},
                      timeout=30, what="the pair serving through the lbctl installed on the nodes")
+        # pi3 twice as often as each of the others, as the guide says: its weight is 2.
+        served = workers(lab.ask(f"http://{WEB_VIP}/", 40))
+        counts = {name: served.count(name) for name in ("pi1", "pi2", "pi3")}
+        assert len(served) == 40 and counts["pi3"] >= 1.5 * max(counts["pi1"], counts["pi2"]), counts
     else:
         raise AssertionError(f"the guide marks a step the lab does not know: {what!r}")
