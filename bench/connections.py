@@ -81,17 +81,26 @@ def listed(argv):
         return seconds, int(report.read().split()[-1]), size
 
 
-def inside(args):
+def prepare(largest, balancer_link=True):
+    """The UDP service and its workers in this namespace's IPVS, and client
+    addresses on lo for `largest` flows.  `balancer_link`: add the
+    balancer's link too (a caller that has one of its own passes False)."""
     sh("ip", "link", "set", "lo", "up")
-    sh("ip", "link", "add", "bench0", "type", "dummy")
-    sh("ip", "address", "add", f"{BALANCER}/16", "dev", "bench0")
-    sh("ip", "link", "set", "bench0", "up")
-    sh("ip", "address", "add", f"{VIP}/32", "dev", "lo")
-    for i in range(max(args.sizes) // len(CLIENT_PORTS) + 1):
-        sh("ip", "address", "add", f"10.3.0.{i + 1}/32", "dev", "lo")
+    if balancer_link:
+        sh("ip", "link", "add", "bench0", "type", "dummy")
+        sh("ip", "address", "add", f"{BALANCER}/16", "dev", "bench0")
+        sh("ip", "link", "set", "bench0", "up")
+    sh("ip", "address", "replace", f"{VIP}/32", "dev", "lo")
+    for i in range(largest // len(CLIENT_PORTS) + 1):
+        sh("ip", "address", "replace", f"10.3.0.{i + 1}/32", "dev", "lo")
     sh("ipvsadm", "-A", "-u", f"{VIP}:{PORT}", "-s", "rr")
     for worker in WORKERS:
         sh("ipvsadm", "-a", "-u", f"{VIP}:{PORT}", "-r", f"{worker}:{PORT}", "-g", "-w", "1")
+
+
+def measure(sizes, repeat):
+    """[(entries, command, seconds, peak RSS KiB, bytes)] for each size, the
+    table filled up to it and listed each way, the least time of `repeat`."""
     with tempfile.TemporaryDirectory() as tmp:
         path = cluster_file(tmp)
         ways = {
@@ -103,7 +112,7 @@ def inside(args):
         }
         rows = []
         made = 0
-        for size in sorted(args.sizes):
+        for size in sorted(sizes):
             fill_start = time.perf_counter()
             fill(made, size)
             made = size
@@ -113,16 +122,27 @@ def inside(args):
             if found < size:
                 sys.exit(f"bench: the table holds {found} entries, not {size}")
             for name, argv in ways.items():
-                best = min((listed(argv) for _ in range(args.repeat)), key=lambda r: r[0])
+                best = min((listed(argv) for _ in range(repeat)), key=lambda r: r[0])
                 rows.append((found, name, *best))
+    return rows
+
+
+def ratios(rows):
+    """Each row with its time and memory over ipvsadm's at the same size."""
+    peers = {found: (s, rss) for found, name, s, rss, _ in rows if name == "ipvsadm -Lnc"}
+    return [(found, name, seconds, rss, seconds / peers[found][0], rss / peers[found][1])
+            for found, name, seconds, rss, _size in rows]
+
+
+def inside(args):
+    prepare(max(args.sizes))
+    rows = measure(args.sizes, args.repeat)
     print(f"Listing the IPVS connection table into a pipe, best of {args.repeat}, one run")
     print(f"{'entries':>8}  {'command':<28}{'seconds':>9}{'vs peer':>9}{'peak RSS':>11}"
           f"{'vs peer':>9}")
-    peers = {found: (s, rss) for found, name, s, rss, _ in rows if name == "ipvsadm -Lnc"}
-    for found, name, seconds, rss, _size in rows:
-        peer_s, peer_rss = peers[found]
-        print(f"{found:>8}  {name:<28}{seconds:>9.3f}{seconds / peer_s:>8.2f}x"
-              f"{rss / 1024:>9.1f}MB{rss / peer_rss:>8.2f}x")
+    for found, name, seconds, rss, time_ratio, rss_ratio in ratios(rows):
+        print(f"{found:>8}  {name:<28}{seconds:>9.3f}{time_ratio:>8.2f}x"
+              f"{rss / 1024:>9.1f}MB{rss_ratio:>8.2f}x")
 
 
 def main():

@@ -14,6 +14,8 @@ private network namespace:
 and at the largest size the adapter alone (IpvsNetlink.run batched and one
 request at a time, IpvsNetlink.dump), and the wall time and peak memory of
 lbctl status and lbctl plan against a bare `python3 -c pass` and `ipvsadm -Ln`.
+Last, 10,000 connection entries listed by `lbctl status --connections` and by
+`ipvsadm -Lnc` (bench/connections.py's measure).
 
 Then the keepalived engine (every service health-checked, so keepalived owns
 the table) at one size: the full apply until every real server has passed its
@@ -391,7 +393,30 @@ def tables(results, sizes, largest, reals):
     return "\n".join(lines)
 
 
-def verdicts(results, sizes, largest, reals):
+def connection_listing(count, runs):
+    """bench/connections.py's rows for a table of `count` connection entries,
+    made in this namespace once the control plane's runs have cleared IPVS."""
+    import connections
+
+    sh("ipvsadm", "-C")
+    connections.prepare(count, balancer_link=False)  # bench0 is the balancer's already
+    rows = connections.ratios(connections.measure([count], runs))
+    sh("ipvsadm", "-C")
+    return rows
+
+
+def listing_table(rows, runs):
+    lines = [f"Listing the connection table into a pipe (bench/connections.py's measure), "
+             f"the least of {runs} runs:", "",
+             "| entries | command | seconds | vs ipvsadm -Lnc | peak RSS MB | vs ipvsadm -Lnc |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for found, name, seconds, rss, time_ratio, rss_ratio in rows:
+        lines.append(f"| {found:,} | `{name}` | {seconds:.2f} | {time_ratio:.2f}x | "
+                     f"{rss / 1024:.1f} | {rss_ratio:.2f}x |")
+    return "\n".join(lines)
+
+
+def verdicts(results, sizes, largest, reals, listing):
     """Each target at the largest size, met or not, with the ratio measured."""
     def verdict(ratio, target):
         return f"{ratio:.2f}x; target {target:g}x or less, {'met' if ratio <= target else 'not met'}"
@@ -406,6 +431,10 @@ def verdicts(results, sizes, largest, reals):
     lines.append(f"- lbctl status took a bare Python start's time "
                  f"{verdict(seconds / sizes['python3 -c pass'][0], 5.0)}; its peak RSS "
                  f"{rss:.1f} MB, target 40 MB or less, {'met' if rss <= 40 else 'not met'}.")
+    for found, name, _seconds, _rss, time_ratio, _rss_ratio in listing:
+        if name == "lbctl status --connections":
+            lines.append(f"- At {found:,} connections, `{name}` took `ipvsadm -Lnc`'s time "
+                         f"{verdict(time_ratio, 1.5)}.")
     return "\n".join(lines)
 
 
@@ -461,6 +490,7 @@ def inside(args):
                                           netns)
         print(f"keepalived engine, {args.keepalived_services} x {args.reals}: " + ", ".join(
             f"{name} {seconds:.2f}s" for name, (seconds, _) in engine.items()), flush=True)
+        listing = connection_listing(args.connections, args.runs)
     text = ("## Control plane: lbctl apply against ipvsadm\n\n"
             f"`bench/ipvs_apply.py`, {machine()}.  Each apply is the whole command as a "
             "user runs it (a new Python, validation, a dump of the table, the plan, the "
@@ -471,10 +501,13 @@ def inside(args):
             f"{args.runs} runs (the adapter's own rows: one run), and each column of the "
             "breakdown comes from its command's quickest run.  Targets: a full apply at "
             "most 1.0x ipvsadm-restore; a no-op apply and a one-server change at most 1.0x "
-            "ipvsadm-save; `lbctl status` at most 5x a bare Python start, in 40 MB.\n\n"
+            "ipvsadm-save; `lbctl status` at most 5x a bare Python start, in 40 MB; "
+            f"{args.connections:,} connections listed in at most 1.5x `ipvsadm -Lnc`'s "
+            "time.\n\n"
             + tables(results, sizes, largest, args.reals) + "\n\n"
             + breakdown_table(parts, largest, args.reals) + "\n\n"
-            + verdicts(results, sizes, largest, args.reals) + "\n\n"
+            + listing_table(listing, args.runs) + "\n\n"
+            + verdicts(results, sizes, largest, args.reals, listing) + "\n\n"
             + keepalived_section(engine, kept, args.keepalived_services, args.reals))
     print("\n" + section("bench/ipvs_apply.py", text), flush=True)
 
@@ -512,6 +545,8 @@ def main():
                         help="each figure of the netlink engine the least of this many runs")
     parser.add_argument("--keepalived-services", type=int, default=100,
                         help="services of the keepalived engine's run")
+    parser.add_argument("--connections", type=int, default=10_000,
+                        help="connection entries listed at the end")
     run_benchmark(parser, inside)
 
 

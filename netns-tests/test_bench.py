@@ -95,7 +95,8 @@ def test_the_dataplane_benchmark_shows_the_balancer_skipped_by_the_responses(tmp
 def test_the_control_plane_benchmark_shows_a_weight_reload_keeping_keepalived_table(
         tmp_path):
     text = run_bench("ipvs_apply.py", tmp_path, "--services", "2", "--reals", "2",
-                     "--runs", "1", "--keepalived-services", "3", plotted=False)
+                     "--runs", "1", "--keepalived-services", "3", "--connections", "300",
+                     plotted=False)
     measured = table_rows(text, 4)  # the footprint's and the keepalived engine's tables
     assert {"lbctl status", "lbctl plan", "apply, full, returned", "apply, no-op",
             "apply, one weight, in the kernel"} <= set(measured), text
@@ -113,6 +114,13 @@ def test_the_control_plane_benchmark_shows_a_weight_reload_keeping_keepalived_ta
     for part in ("interpreter start", "imports", "the whole command",
                  "-X importtime, its imports"):
         assert all(float(cell) > 0 for cell in parts[part][1:]), (part, text)
+    # The connection table, listed both ways in the same run, with its verdict.
+    listed = re.findall(r"^\| 300 \| `([^`]+)` \| ([\d.]+) \|", text, re.M)
+    assert [name for name, _ in listed] == [
+        "ipvsadm -Lnc", "lbctl status --connections", "lbctl ... --json"], text
+    assert all(float(seconds) > 0 for _, seconds in listed), text
+    assert re.search(r"^- At 300 connections, `lbctl status --connections` took "
+                     r"`ipvsadm -Lnc`'s time [\d.]+x; target 1.5x or less", text, re.M), text
     for verdict in re.findall(r"^- At .*$", text, re.M):
         assert verdict.endswith(("met.", "not met.")), verdict
 
