@@ -74,12 +74,13 @@ def install(args, root, venv, link):
         python = os.path.join(venv, "bin", "python")
         system = system_pip()
         pip = pip_argv(python, system)
+        own_pip = system is None  # no system pip wheel to run: the venv gets a pip of its own
         if not os.path.lexists(python):
-            make_venv(venv, own_pip=system is None)
+            make_venv(venv, own_pip)
             say(f"venv {args.venv}: created")
             changed = True
-        elif (problem := venv_problem(venv, pip, own_pip=system is None)) is not None:
-            make_venv(venv, own_pip=system is None, again=True)
+        elif (problem := venv_problem(venv, pip, own_pip)) is not None:
+            make_venv(venv, own_pip, again=True)
             say(f"venv {args.venv}: made again ({problem})")
             changed = True
         changed |= install_wheel(pip, python, venv, wheel, version, wheels)
