@@ -14,6 +14,8 @@ class Tmux:
         """`socket_name`: a tmux server of the test's own, so that tests
         running at once in other modules never share one."""
         self.base = ["tmux", "-L", socket_name]
+        # A server left by a run that was killed would refuse the sessions.
+        subprocess.run(self.base + ["kill-server"], capture_output=True, check=False)
         # A session that stays, and panes that stay after their command ends,
         # so the screen can be read once lbctl has left it.
         subprocess.run(self.base + ["new-session", "-d", "-s", "keep"], check=True)

@@ -472,6 +472,11 @@ def guide_steps(text):
         if fence is None:
             if line.startswith("```"):
                 fence, block = line[3:].strip(), []
+                # Commands the lab runs are in sh blocks, what it cannot run
+                # in text blocks: any other kind would be skipped unseen.
+                assert fence in ("sh", "text", "yaml"), f"a {fence!r} block in the guide"
+            elif line.lstrip().startswith("```"):  # inside a list item: not run either
+                assert line.strip() in ("```", "```text"), f"an indented block: {line!r}"
             elif line.startswith("<!-- lab: ") and line.endswith(" -->"):
                 what = line[len("<!-- lab: "):-len(" -->")]
                 waiting_for_file = what == "the cluster file"
@@ -507,8 +512,8 @@ def guide_steps(text):
 
 def _shown(text):
     """Output lines as the guide compares them: durations, which vary
-    between runs, read as Ns."""
-    return re.sub(r"\b\d+(\.\d+)?s\b", "Ns", text.rstrip())
+    between runs (12.3s, and status's 18s, 2m or 1h), read as N."""
+    return re.sub(r"\b\d+(\.\d+)?[smh]\b", "N", text.rstrip())
 
 
 def not_as_shown(shown, output):
@@ -562,7 +567,8 @@ def test_the_first_hour_guide_runs_as_written(lab, fleet):
     fleet.use_installed(GUIDE_NODES)
     cluster, watch, unlike = yaml.safe_load(spec)["cluster"], None, []
     known_hosts = os.path.join(fleet.dir, "known_hosts")
-    recorded = open(known_hosts).read()
+    with open(known_hosts) as fh:
+        recorded = fh.read()
     with cluster_install._wheel(None) as wheel:
         try:
             # The laptop has met no Pi yet: the guide's first ssh lines
@@ -644,7 +650,11 @@ def watch_from_the_guide(fleet, words):
     argv = ["ip", "netns", "exec", fleet.lab.nodes["client"].netns, "ssh", "-F", fleet.config,
             *words[1:at], "root@" + words[at].rpartition("@")[2], *remote]
     watch = Tmux("lbctl-guide")
-    watch.start(["bash", "-c", f"{shlex.join(argv)}; echo exited $?; exec sleep 600"])
+    try:
+        watch.start(["bash", "-c", f"{shlex.join(argv)}; echo exited $?; exec sleep 600"])
+    except BaseException:
+        watch.close()
+        raise
     return watch
 
 
