@@ -411,7 +411,7 @@ def listing_table(rows, runs):
              "| entries | command | seconds | vs ipvsadm -Lnc | peak RSS MB | vs ipvsadm -Lnc |",
              "| --- | --- | --- | --- | --- | --- |"]
     for found, name, seconds, rss, time_ratio, rss_ratio in rows:
-        lines.append(f"| {found:,} | `{name}` | {seconds:.2f} | {time_ratio:.2f}x | "
+        lines.append(f"| {found:,} | `{name}` | {seconds:.3f} | {time_ratio:.2f}x | "
                      f"{rss / 1024:.1f} | {rss_ratio:.2f}x |")
     return "\n".join(lines)
 
