@@ -83,7 +83,13 @@ def test_the_text_path_for_a_filter_or_odd_lines_lists_the_same_entries(tmp_path
     assert fast.getvalue() == slow.getvalue()
 
 
-def test_no_table_means_no_connections(tmp_path):
+def test_no_table_says_ipvs_is_not_loaded_and_an_empty_one_lists_nothing(tmp_path):
     out = io.StringIO()
     assert write_text(Filter(), names(), out, str(tmp_path / "absent")) == 0
-    assert "0 connection entries" in out.getvalue()
+    assert out.getvalue().startswith("IPVS: not loaded (the ip_vs kernel module)"), out.getvalue()
+    assert "connection entr" not in out.getvalue()
+    empty = tmp_path / "ip_vs_conn"
+    empty.write_text(TABLE.splitlines(keepends=True)[0])  # the header alone
+    out = io.StringIO()
+    assert write_text(Filter(), names(), out, str(empty)) == 0
+    assert out.getvalue().endswith("0 connection entries\n") and "not loaded" not in out.getvalue()

@@ -2,6 +2,7 @@
 shown by status/render.py), live with --watch, or its connections."""
 
 import json
+import sys
 
 
 def run(args, out):
@@ -81,7 +82,8 @@ def _clusters_named(args):
 
 def run_connections(args, out):
     """The connection table with names: from FILE, else the saved copies here."""
-    from lbctl.status.connections import Filter, Names, entries, write_json, write_text
+    from lbctl.status.connections import (NOT_LOADED, Filter, Names, entries, table_exists,
+                                          write_json, write_text)
     from lbctl.errors import UsageError
     from lbctl.status.collect import keepalived_states
 
@@ -97,6 +99,8 @@ def run_connections(args, out):
     except ValueError as exc:
         raise UsageError(f"--client: {exc}") from None
     if args.json:
+        if not table_exists():  # the JSON stays what a script expects: no entries
+            print(f"lbctl: {NOT_LOADED}", file=sys.stderr)
         write_json(entries(wanted), names, out)
         return 0
     backup = [name for name, info in keepalived_states(args.root, clusters).items()

@@ -10,6 +10,7 @@ dict lookup each, not an address object.
 
 import gc
 import json
+import os
 import socket
 from collections import Counter
 from contextlib import contextmanager
@@ -143,12 +144,27 @@ HEADER = "%-4s %6s %-12s %21s %-30s %s\n" % ("pro", "expire", "state", "client  
                                              "service", "worker")
 
 
+# Where ip_vs is not loaded there is no table at all, which is not the same
+# as an empty one: said as `lbctl status` says it.
+NOT_LOADED = ("IPVS: not loaded (the ip_vs kernel module), so there is no connection table "
+              "here; `lbctl apply` loads it on a balancer")
+
+
+def table_exists(path=CONN_TABLE):
+    return os.path.exists(path)
+
+
 def write_text(wanted, names, out, path=CONN_TABLE):
     """The table, then counts by state per service and worker; returns how many.
+    Without a table (ip_vs not loaded), NOT_LOADED.
 
     Lines are made a column at a time (C-level map and join over each chunk),
     with labels and ports made once per distinct value: a Python statement
     per entry would cost several times what ipvsadm -Lnc does."""
+    if not table_exists(path):
+        out.write(NOT_LOADED + "\n")
+        return 0
+
     def service_label(key):
         proto, addr, port = key
         return f"{names.services.get(key) or '?'} {_ip(addr)}:{int(port, 16)}"
