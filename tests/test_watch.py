@@ -64,7 +64,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 if len(sys.argv) > 2:  # a resize curses is not told of, as one while lbctl starts
     signal.signal(signal.SIGWINCH, signal.SIG_IGN)
-lines = ["lbctl status --watch"] + [f"row {i}" for i in range(int(sys.argv[1]))]
+lines = [f"row {i}" for i in range(int(sys.argv[1]))]  # below watch()'s header
 watch(lambda: None, lambda s, p, t: lines, 0.2, sys.stdout)
 print("left", flush=True)
 """
@@ -124,6 +124,7 @@ def test_on_a_terminal_curses_draws_on_the_alternate_screen_and_ctrl_c_gives_it_
     code, seen = run_in_a_terminal(3, 24, 80, signal.SIGINT)
     assert code == 0, seen[-800:]
     assert b"\x1b[?1049h" in seen and b"lbctl status --watch" in seen
+    assert b"every 0.2s  (q or Ctrl-C to leave)" in seen  # the keys it reads
     after = seen[seen.rindex(b"\x1b[?1049l"):]  # the shell's screen is back...
     assert b"left" in after  # ...and lbctl went on and ended normally
 
@@ -161,7 +162,20 @@ def test_fit_keeps_a_frame_inside_the_screen():
     assert fit(lines, 0, 20) == [] and fit(lines, 4, 1) == []
 
 
-def test_into_a_pipe_frames_are_printed_plainly():
-    out = io.StringIO()
-    watch(lambda: [], lambda s, p, t: ["frame"], 1.0, out, sleep=lambda _: None, frames=2)
-    assert out.getvalue() == "frame\n\nframe\n\n"
+def test_into_a_pipe_frames_are_printed_plainly_with_the_interval_asked_for():
+    import re
+
+    out, took = io.StringIO(), []
+    # Each frame read, then the wait worked out: the second frame 1.7 s after the first.
+    clock = iter([0.0, 0.1, 1.7, 1.8]).__next__
+
+    def render(snapshot, previous, seconds):
+        took.append(seconds)
+        return ["frame"]
+
+    watch(lambda: [], render, 1.0, out, sleep=lambda _: None, clock=clock, frames=2)
+    # The rates take the time that passed; the header names the interval
+    # asked for, and no key, since none is read from a pipe.
+    assert took == [1.0, 1.7]
+    assert re.fullmatch(r"(lbctl status --watch  \d\d:\d\d:\d\d  every 1s\nframe\n\n){2}",
+                        out.getvalue()), out.getvalue()

@@ -15,17 +15,23 @@ import sys
 import time
 
 
-def frame(status, previous, seconds, names, now):
-    """The lines of one frame.
+def header(now, interval, keys):
+    """A frame's first line: the time, the interval asked for (the rates use
+    the time that really passed), and on a terminal the keys that leave."""
+    return (f"lbctl status --watch  {time.strftime('%H:%M:%S', time.localtime(now))}"
+            f"  every {interval:g}s" + ("  (q or Ctrl-C to leave)" if keys else ""))
 
-    `status`/`previous`: the node's NodeStatus now and one interval ago (None
+
+def frame(status, previous, seconds, names, now):
+    """The lines of one frame, below its header.
+
+    `status`/`previous`: the node's NodeStatus now and `seconds` ago (None
     at the first frame: rates then come from the kernel's estimators).
     """
     from lbctl.status.health import for_how_long
     from lbctl.status.render import role_line
 
-    lines = [f"lbctl status --watch  {time.strftime('%H:%M:%S', time.localtime(now))}"
-             f"  every {seconds:g}s  (q or Ctrl-C to leave)"]
+    lines = []
     health = {}
     for cluster, info in status.keepalived.items():
         vrrp = info.held_vrrp
@@ -83,7 +89,9 @@ def fit(lines, height, width):
 def watch(read, render, interval, out, sleep=time.sleep, clock=time.monotonic, frames=None):
     """Draw a frame every `interval` until Ctrl-C (or `frames` frames, for tests).
 
-    `read()` returns a snapshot; `render(snapshot, previous, seconds)` its lines.
+    `read()` returns a snapshot; `render(snapshot, previous, seconds)` its
+    lines, which follow a header().  Into a pipe or a log no key is read, so
+    its frames name none.
     """
     if out.isatty() and sys.stdin.isatty():  # curses reads its keys there
         return _on_terminal(read, render, interval, clock)
@@ -92,7 +100,7 @@ def watch(read, render, interval, out, sleep=time.sleep, clock=time.monotonic, f
         while frames is None or drawn < frames:
             snapshot, now = read(), clock()
             lines = render(snapshot, previous, interval if taken is None else now - taken)
-            out.write("\n".join(lines) + "\n\n")
+            out.write("\n".join([header(time.time(), interval, keys=False), *lines]) + "\n\n")
             out.flush()
             previous, taken, drawn = snapshot, now, drawn + 1
             if frames is None or drawn < frames:
@@ -114,7 +122,8 @@ def _on_terminal(read, render, interval, clock):
         previous, taken, lines = None, None, []
         while True:
             snapshot, now = read(), clock()
-            lines = render(snapshot, previous, interval if taken is None else now - taken)
+            lines = [header(time.time(), interval, keys=True),
+                     *render(snapshot, previous, interval if taken is None else now - taken)]
             previous, taken = snapshot, now
             while True:
                 _paint(screen, lines)
