@@ -115,8 +115,11 @@ def test_a_weight_of_zero_for_some_workers_is_still_fine():
 def test_persistence_is_a_duration_like_every_other_time_in_the_file():
     from helpers import PI_SINGLE, cluster_from
 
-    for written, seconds in (("300", 300), ("300s", 300), ("0", 0)):
+    for written, seconds in (("300", 300), ("300s", 300), ("5m", 300), ("1h", 3600),
+                             ("0", 0)):
         text = PI_SINGLE.replace("scheduler: wrr}", f"scheduler: wrr, persistence: {written}}}")
         assert cluster_from(text).services["web"].persistence == seconds, written
     with pytest.raises(ConfigError, match="not a whole number of seconds; IPVS counts it"):
         cluster_from(PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, persistence: 1.5s}"))
+    with pytest.raises(ConfigError, match="expected a duration such as 1s, 0.5s, 200ms or 15m"):
+        cluster_from(PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, persistence: 5min}"))

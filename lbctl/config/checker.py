@@ -9,7 +9,8 @@ from lbctl.config.model import NAME_PATTERN
 
 NAME_RE = re.compile(NAME_PATTERN)
 
-DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s)")
+DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+SECONDS_PER = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
 
 
 class Checker:
@@ -100,17 +101,17 @@ class Checker:
         return value
 
     def duration(self, value, path, low, high, bound_by=""):
-        """Seconds, from a number or a string such as 1s, 0.5s or 200ms.
+        """Seconds, from a number or a string such as 1s, 0.5s, 200ms, 15m or 1h.
         `bound_by`: why the range is what it is, where another key sets it."""
         seconds = None
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             seconds = float(value)
         elif isinstance(value, str) and DURATION_RE.fullmatch(value):
             number, unit = DURATION_RE.fullmatch(value).groups()
-            seconds = float(number) / (1000 if unit == "ms" else 1)
+            seconds = float(number) * SECONDS_PER[unit]
         if seconds is None:
-            self.error(path, f"{self.where(path)}: expected a duration such as 1s, 0.5s or "
-                       f"200ms, found {kind_of(value)} {value!r}")
+            self.error(path, f"{self.where(path)}: expected a duration such as 1s, 0.5s, "
+                       f"200ms or 15m, found {kind_of(value)} {value!r}")
             return None
         if not low <= seconds <= high:
             self.error(path, f"{self.where(path)}: {value!r} is out of range "
