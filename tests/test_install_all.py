@@ -122,10 +122,22 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
         link = tmp_path / "nodes" / node / "usr/local/sbin/lbctl"
         done = subprocess.run([str(link), "--version"], capture_output=True, text=True)
         assert done.stdout == f"lbctl {lbctl.__version__}\n", done.stderr
+    # The completion scripts and the man page, from the installed lbctl's
+    # parser, where bash-completion, zsh and man look, readable by all.
+    assert text.count("completion and man page: written") == 2, text
+    help_files = {"usr/local/share/bash-completion/completions/lbctl": ["completion", "bash"],
+                  "usr/local/share/zsh/site-functions/_lbctl": ["completion", "zsh"],
+                  "usr/local/share/man/man8/lbctl.8": ["manpage"]}
+    for path, argv in help_files.items():
+        made = tmp_path / "nodes" / "pi1" / path
+        expected = subprocess.run([sys.executable, "-m", "lbctl", *argv], capture_output=True,
+                                  text=True, check=True).stdout
+        assert made.read_text() == expected and made.stat().st_mode & 0o777 == 0o644, path
     # Again: the same build is there, and nothing changes.
     code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
     assert code == 0, text
     assert f"lbctl {lbctl.__version__}: installed already" in text
+    assert text.count("completion and man page: in place") == 2, text
     assert text.endswith("installed on 2 of 2 node(s); nothing to change: lb1, pi1\n"), text
     # Compiled ahead, but for scapy, which only root's doctor imports.
     site = next((tmp_path / "nodes" / "pi1" / "opt/lbctl/lib").glob("python3*/site-packages"))
@@ -136,12 +148,22 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     assert not list((tmp_path / "nodes" / "lb1" / "opt/lbctl").rglob("pip")), \
         "the venv holds a copy of pip"
     # A venv whose Python went with a distribution upgrade is made again.
+    # (Meanwhile pi1's bash completion went, and an administrator put a zsh
+    # completion of their own where lbctl's was: it stays theirs.)
     python = tmp_path / "nodes" / "pi1" / "opt/lbctl/bin/python"
     python.unlink()
     python.symlink_to("/usr/bin/python3.0")
+    (tmp_path / "nodes" / "pi1" / "usr/local/share/bash-completion/completions/lbctl").unlink()
+    theirs = tmp_path / "nodes" / "pi1" / "usr/local/share/zsh/site-functions/_lbctl"
+    theirs.write_text("#compdef lbctl\n# the administrator's own\n")
     code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
     assert code == 0, text
     assert "venv /opt/lbctl: made again (its Python is gone)" in text, text
+    assert ("completion and man page: written; /usr/local/share/zsh/site-functions/_lbctl "
+            "is not lbctl's: left as it is") in text, text
+    assert theirs.read_text() == "#compdef lbctl\n# the administrator's own\n"
+    assert (tmp_path / "nodes" / "pi1" / "usr/local/share/bash-completion/completions/lbctl"
+            ).read_text().startswith("# bash completion for lbctl")
     assert text.endswith("installed on 2 of 2 node(s); changed: pi1; nothing to change: lb1\n"), \
         text
     # One whose Python was upgraded under it (3.11 to 3.13): it runs, but
@@ -173,11 +195,16 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     assert "lbctl still holds cluster pi-web here: run `lbctl apply FILE --remove --all` " \
            "first" in text, text
     assert text.endswith("taken off 1 of 2 node(s); changed: pi1; FAILED: lb1\n"), text
+    assert "completion and man page: removed" in text, text
+    assert files_below(tmp_path / "nodes" / "pi1") == \
+        ["usr/local/share/zsh/site-functions/_lbctl"]  # the administrator's, kept
+    theirs.unlink()
     assert (tmp_path / "nodes" / "lb1" / "opt/lbctl/bin/lbctl").exists()
     (records / "pi-web.json").unlink()
     code, text = fleet(tmp_path, "uninstall")
     assert code == 0, text
     assert "left installed: python3-venv ipvsadm" in text, text
+    assert "completion and man page: removed" in text, text
     for node in ("lb1", "pi1"):
         assert files_below(tmp_path / "nodes" / node) == [], node
     code, text = fleet(tmp_path, "uninstall")

@@ -33,6 +33,16 @@ ROOT_ONLY = r"/site-packages/scapy/"
 # ensurepip's copy took longer than the rest of the install on a slow
 # node, and more room than lbctl and its dependencies.
 SYSTEM_PIP = "/usr/share/python-wheels/pip-*.whl"
+# The command line's own help, made by the installed lbctl from its parser,
+# where bash-completion, zsh and man read what the administrator adds:
+# (lbctl's arguments, the file, how a file lbctl wrote there begins).
+HELP_FILES = (
+    (("completion", "bash"), "/usr/local/share/bash-completion/completions/lbctl",
+     "# bash completion for lbctl, made by "),
+    (("completion", "zsh"), "/usr/local/share/zsh/site-functions/_lbctl",
+     "#compdef lbctl\n# zsh completion for lbctl, made by "),
+    (("manpage",), "/usr/local/share/man/man8/lbctl.8", ".TH LBCTL 8 "),
+)
 
 
 class Refused(Exception):
@@ -85,6 +95,7 @@ def install(args, root, venv, link):
             changed = True
         changed |= install_wheel(pip, python, venv, wheel, version, wheels)
         changed |= make_link(os.path.join(venv, "bin", "lbctl"), link, args.link)
+        changed |= write_help_files(root, python)
     return changed
 
 
@@ -296,6 +307,57 @@ def is_ours(target):
     return target.endswith("/bin/lbctl")
 
 
+def write_help_files(root, python):
+    """The completion scripts and the man page, as the lbctl installed makes
+    them; a file there that lbctl did not write is left as it is."""
+    written, foreign = [], []
+    for argv, path, mark in HELP_FILES:
+        target = below(root, path)
+        done = subprocess.run([python, "-I", "-m", "lbctl", *argv], capture_output=True,
+                              text=True, cwd="/")
+        if done.returncode != 0:  # help for the shell, not lbctl itself: say so, go on
+            say(f"completion and man page: not made ({last_line(done)})")
+            return bool(written)
+        old = read_text(target)
+        if old == done.stdout:
+            continue
+        if old is not None and not old.startswith(mark):
+            foreign.append(path)
+            continue
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        fresh = f"{target}.lbctl-new"
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o644)  # whatever the umask: every user reads it
+            fh.write(done.stdout)
+        os.replace(fresh, target)
+        written.append(path)
+    say("completion and man page: " + ("written" if written else "in place")
+        + "".join(f"; {path} is not lbctl's: left as it is" for path in foreign))
+    return bool(written)
+
+
+def remove_help_files(root):
+    removed = False
+    for _argv, path, mark in HELP_FILES:
+        target = below(root, path)
+        text = read_text(target)
+        if text is not None and text.startswith(mark):
+            os.unlink(target)
+            removed = True
+    if removed:
+        say("completion and man page: removed")
+    return removed
+
+
+def read_text(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except (FileNotFoundError, IsADirectoryError):
+        return None
+
+
 def uninstall(args, root, venv, link):
     records = below(root, args.state) if args.state else None
     held = sorted(n[:-5] for n in os.listdir(records) if n.endswith(".json")) \
@@ -312,6 +374,7 @@ def uninstall(args, root, venv, link):
         shutil.rmtree(venv)
         say(f"venv {args.venv}: removed")
         changed = True
+    changed |= remove_help_files(root)
     if records and os.path.isdir(records):
         ignoring_os_errors(os.rmdir, records)  # empty once every cluster is removed
     if root == "/":  # a lab node shares the host's users and root's home
