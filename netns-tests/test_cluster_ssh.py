@@ -673,6 +673,8 @@ def act_out(lab, what, cluster, watch):
         lab.wait_for(lambda: lab.vrrp_state("lb1", cluster) == "BACKUP",
                      what="lb1 back as the backup")
     elif what == "leave the watch":
+        # lb1 came back as the backup: lb2 is still the master, as the guide says.
+        assert f"cluster {cluster}: VRRP MASTER" in watch.screen(), watch.screen()
         watch.keys("q")
         watch.wait_for(lab, lambda screen: "exited " in screen, timeout=30,
                        what="the watch to end")
