@@ -116,10 +116,23 @@ def test_persistence_is_a_duration_like_every_other_time_in_the_file():
     from helpers import PI_SINGLE, cluster_from
 
     for written, seconds in (("300", 300), ("300s", 300), ("5m", 300), ("1h", 3600),
-                             ("0", 0)):
+                             ("1.1h", 3960), ("4.1m", 246), ("0", 0)):
         text = PI_SINGLE.replace("scheduler: wrr}", f"scheduler: wrr, persistence: {written}}}")
         assert cluster_from(text).services["web"].persistence == seconds, written
     with pytest.raises(ConfigError, match="not a whole number of seconds; IPVS counts it"):
         cluster_from(PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, persistence: 1.5s}"))
     with pytest.raises(ConfigError, match="expected a duration such as 1s, 0.5s, 200ms or 15m"):
         cluster_from(PI_SINGLE.replace("scheduler: wrr}", "scheduler: wrr, persistence: 5min}"))
+
+
+def test_a_duration_reads_as_the_seconds_written_to_the_last_digit():
+    """700ms is the 0.7 keepalived's config will carry, not 0.7000000000000001,
+    which keepalived refuses as having too many decimal places."""
+    from lbctl.config.checker import Checker
+
+    checker = Checker(None)
+    for written, seconds in (("700ms", 0.7), ("350ms", 0.35), ("1150ms", 1.15), ("0.7s", 0.7),
+                             ("1.5m", 90.0), ("2.2h", 7920.0)):
+        found = checker.duration(written, ("x",), 0, 10 ** 6)
+        assert found == seconds and repr(found) == repr(seconds), written
+

@@ -10,7 +10,11 @@ from lbctl.config.model import NAME_PATTERN
 NAME_RE = re.compile(NAME_PATTERN)
 
 DURATION_RE = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
-SECONDS_PER = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+# Each unit's seconds as (numerator, denominator): a duration is worked out
+# in whole numbers and divided once, so 700ms reads as the 0.7 that 0.7 does
+# (700 * 0.001 is 0.7000000000000001, which keepalived refuses) and 1.1h as
+# a whole 3960.
+SECONDS_PER = {"ms": (1, 1000), "s": (1, 1), "m": (60, 1), "h": (3600, 1)}
 
 
 class Checker:
@@ -108,7 +112,9 @@ class Checker:
             seconds = float(value)
         elif isinstance(value, str) and DURATION_RE.fullmatch(value):
             number, unit = DURATION_RE.fullmatch(value).groups()
-            seconds = float(number) * SECONDS_PER[unit]
+            whole, _, decimals = number.partition(".")
+            per, per_unit = SECONDS_PER[unit]
+            seconds = int(whole + decimals) * per / (10 ** len(decimals) * per_unit)
         if seconds is None:
             self.error(path, f"{self.where(path)}: expected a duration such as 1s, 0.5s, "
                        f"200ms or 15m, found {kind_of(value)} {value!r}")
