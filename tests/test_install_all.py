@@ -82,8 +82,11 @@ def nodes_here(monkeypatch, tmp_path):
         root = tmp_path / target.node
         root.mkdir(exist_ok=True)
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        # A strict umask, as sudo passes on a login's 077: what install makes
+        # must still be every user's to read.
         done = subprocess.run(program, input=payload, capture_output=True, timeout=timeout,
-                              env=env | {"LBCTL_ROOT": str(root)})
+                              env=env | {"LBCTL_ROOT": str(root)},
+                              preexec_fn=lambda: os.umask(0o077))
         ran.append((target.node, program[4]))
         return Outcome(target, done.returncode, done.stdout.decode(), done.stderr.decode())
     monkeypatch.setattr(cluster_install, "run_program_on", run_program_on)
@@ -133,6 +136,7 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
         expected = subprocess.run([sys.executable, "-m", "lbctl", *argv], capture_output=True,
                                   text=True, check=True).stdout
         assert made.read_text() == expected and made.stat().st_mode & 0o777 == 0o644, path
+        assert made.parent.stat().st_mode & 0o777 == 0o755, path
     # Again: the same build is there, and nothing changes.
     code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
     assert code == 0, text
@@ -156,11 +160,16 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     (tmp_path / "nodes" / "pi1" / "usr/local/share/bash-completion/completions/lbctl").unlink()
     theirs = tmp_path / "nodes" / "pi1" / "usr/local/share/zsh/site-functions/_lbctl"
     theirs.write_text("#compdef lbctl\n# the administrator's own\n")
+    linked = tmp_path / "nodes" / "pi1" / "usr/local/share/man/man8/lbctl.8"
+    linked.unlink()
+    linked.symlink_to("/nowhere/lbctl.8")  # not a file: followed nowhere, left alone
     code, text = fleet(tmp_path, "install", wheel=str(wheel), wheels=str(deps))
     assert code == 0, text
     assert "venv /opt/lbctl: made again (its Python is gone)" in text, text
     assert ("completion and man page: written; /usr/local/share/zsh/site-functions/_lbctl "
-            "is not lbctl's: left as it is") in text, text
+            "is not lbctl's: left as it is; /usr/local/share/man/man8/lbctl.8 is not lbctl's: "
+            "left as it is") in text, text
+    assert os.readlink(linked) == "/nowhere/lbctl.8"
     assert theirs.read_text() == "#compdef lbctl\n# the administrator's own\n"
     assert (tmp_path / "nodes" / "pi1" / "usr/local/share/bash-completion/completions/lbctl"
             ).read_text().startswith("# bash completion for lbctl")
@@ -196,9 +205,10 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
            "first" in text, text
     assert text.endswith("taken off 1 of 2 node(s); changed: pi1; FAILED: lb1\n"), text
     assert "completion and man page: removed" in text, text
-    assert files_below(tmp_path / "nodes" / "pi1") == \
-        ["usr/local/share/zsh/site-functions/_lbctl"]  # the administrator's, kept
+    assert files_below(tmp_path / "nodes" / "pi1") == [  # the administrator's, kept
+        "usr/local/share/man/man8/lbctl.8", "usr/local/share/zsh/site-functions/_lbctl"]
     theirs.unlink()
+    linked.unlink()
     assert (tmp_path / "nodes" / "lb1" / "opt/lbctl/bin/lbctl").exists()
     (records / "pi-web.json").unlink()
     code, text = fleet(tmp_path, "uninstall")

@@ -16,6 +16,7 @@ import os
 import pwd
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tarfile
@@ -63,6 +64,9 @@ def main(argv):
     parser.add_argument("--state", default=None, help="lbctl's records; uninstall waits for them")
     parser.add_argument("--user", default=None, help="the system user apply made, if any")
     args = parser.parse_args(argv)
+    # The venv, its link and the help files are every user's to read (the
+    # exporter runs as a user of its own), whatever umask sudo passed on.
+    os.umask(0o022)
     if os.geteuid() != 0:
         raise Refused("needs root: log in as root, or as a user with passwordless sudo "
                       "(`ssh: {sudo: true}` in the file)")
@@ -309,53 +313,80 @@ def is_ours(target):
 
 def write_help_files(root, python):
     """The completion scripts and the man page, as the lbctl installed makes
-    them; a file there that lbctl did not write is left as it is."""
-    written, foreign = [], []
+    them.  A file there that lbctl did not write (or anything but a file) is
+    left as it is, and one that cannot be written is said: neither stops an
+    install whose lbctl is in place by now."""
+    written, foreign, failed = [], [], []
     for argv, path, mark in HELP_FILES:
         target = below(root, path)
         done = subprocess.run([python, "-I", "-m", "lbctl", *argv], capture_output=True,
                               text=True, cwd="/")
-        if done.returncode != 0:  # help for the shell, not lbctl itself: say so, go on
+        if done.returncode != 0:
             say(f"completion and man page: not made ({last_line(done)})")
             return bool(written)
-        old = read_text(target)
-        if old == done.stdout:
-            continue
-        if old is not None and not old.startswith(mark):
-            foreign.append(path)
-            continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        fresh = f"{target}.lbctl-new"
-        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o644)  # whatever the umask: every user reads it
-            fh.write(done.stdout)
-        os.replace(fresh, target)
-        written.append(path)
+        try:
+            old = own_text(target, mark)
+            if old == done.stdout:
+                continue
+            if old is False:
+                foreign.append(path)
+                continue
+            replace_text(target, done.stdout)
+            written.append(path)
+        except OSError as exc:
+            failed.append(f"{path} not written ({exc.strerror or exc})")
     say("completion and man page: " + ("written" if written else "in place")
-        + "".join(f"; {path} is not lbctl's: left as it is" for path in foreign))
+        + "".join(f"; {path} is not lbctl's: left as it is" for path in foreign)
+        + "".join(f"; {problem}" for problem in failed))
     return bool(written)
+
+
+def own_text(path, mark):
+    """A help file's text if lbctl wrote it; None if there is nothing there;
+    False for anything else (another's file, a link, a folder, a pipe)."""
+    try:
+        found = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        return False
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    return text if text.startswith(mark) else False
+
+
+def replace_text(path, text):
+    """`path` holds `text`, readable by all, put in place whole.  The new
+    file has a name of its own (O_EXCL: nothing planted there is followed),
+    hidden by its dot from zsh's search of its folders."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    fd, fresh = tempfile.mkstemp(dir=folder, prefix=".lbctl-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(text)
+        os.replace(fresh, path)
+    except BaseException:
+        ignoring_os_errors(os.unlink, fresh)
+        raise
 
 
 def remove_help_files(root):
     removed = False
     for _argv, path, mark in HELP_FILES:
         target = below(root, path)
-        text = read_text(target)
-        if text is not None and text.startswith(mark):
-            os.unlink(target)
-            removed = True
+        try:
+            ours = isinstance(own_text(target, mark), str)
+            if ours:
+                os.unlink(target)
+        except OSError as exc:
+            say(f"{path}: not removed ({exc.strerror or exc})")
+            continue
+        removed |= ours
     if removed:
         say("completion and man page: removed")
     return removed
-
-
-def read_text(path):
-    try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
-    except (FileNotFoundError, IsADirectoryError):
-        return None
 
 
 def uninstall(args, root, venv, link):
