@@ -616,9 +616,7 @@ def run_from_the_guide(fleet, words, path, wheel):
     import subprocess
 
     if words[0] == "ssh":
-        host = words[-2].rpartition("@")[2]  # the guide's user; the lab logs in as root
-        argv = ["ssh", "-F", fleet.config, *words[1:-2], f"root@{host}", words[-1]]
-        return fleet.lab.sh("client", argv, check=False)
+        return fleet.lab.sh("client", ssh_as_the_lab(fleet, words), check=False)
     args = [path if w == "cluster.yaml" else w for w in words[1:]]
     if "--wheel" in args:
         args[args.index("--wheel") + 1] = wheel
@@ -635,20 +633,26 @@ def run_from_the_guide(fleet, words, path, wheel):
     return fleet.from_client(args, timeout=1200, merged=True)
 
 
-def watch_from_the_guide(fleet, words):
-    """The guide's `ssh -t pi@ADDRESS sudo lbctl status --watch`, in a
-    terminal on the client, left running: the lab logs in as root, so
-    without sudo."""
-    import shlex
-
-    from terminal import Tmux
-
+def ssh_as_the_lab(fleet, words):
+    """The guide's `ssh [OPTION...] pi@ADDRESS [sudo] COMMAND...` as the lab
+    runs it: with the lab's ssh config, logged in as root, so without sudo."""
     at = next(i for i, word in enumerate(words) if "@" in word)
     remote = words[at + 1:]
     if remote[:1] == ["sudo"]:
         remote = remote[1:]
-    argv = ["ip", "netns", "exec", fleet.lab.nodes["client"].netns, "ssh", "-F", fleet.config,
-            *words[1:at], "root@" + words[at].rpartition("@")[2], *remote]
+    return ["ssh", "-F", fleet.config, *words[1:at], "root@" + words[at].rpartition("@")[2],
+            *remote]
+
+
+def watch_from_the_guide(fleet, words):
+    """The guide's `ssh -t pi@ADDRESS sudo lbctl status --watch`, in a
+    terminal on the client, left running."""
+    import shlex
+
+    from terminal import Tmux
+
+    argv = ["ip", "netns", "exec", fleet.lab.nodes["client"].netns,
+            *ssh_as_the_lab(fleet, words)]
     watch = Tmux("lbctl-guide")
     try:
         watch.start(["bash", "-c", f"{shlex.join(argv)}; echo exited $?; exec sleep 600"])
