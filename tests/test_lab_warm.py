@@ -95,8 +95,11 @@ def test_the_callers_environment_reaches_the_command(node, tmp_path, monkeypatch
 def test_a_command_past_its_time_is_stopped(node, tmp_path):
     _, warm = node
     started = time.monotonic()
-    with pytest.raises(LabError, match="no answer after 2 s"):
+    with pytest.raises(LabError, match="no answer after 2 s") as stopped:
         warm.run(["status", "--watch", "--interval", "1", "--root", str(tmp_path)], timeout=2)
+    # Where it was when stopped: the frames the watch had drawn.
+    assert "--- its stdout so far (the end):\n" in str(stopped.value)
+    assert "every 1s" in str(stopped.value).partition("so far")[2]
     assert time.monotonic() - started < 10
     assert warm.run(["--version"], timeout=60).returncode == 0  # the server goes on
 

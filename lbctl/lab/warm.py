@@ -323,9 +323,10 @@ class WarmLbctl:
                 out, err = _read_both(stdout_r, stderr_r, deadline)
                 connection.settimeout(max(1.0, deadline - time.monotonic()))
                 word, number = reply.readline().split()
-            except TimeoutError:
+            except TimeoutError as exc:
                 _stop(child)
-                raise LabError(f"{shown}: no answer after {timeout:g} s") from None
+                raise LabError(f"{shown}: no answer after {timeout:g} s{_so_far(exc)}") \
+                    from None
             except (OSError, ValueError):
                 _stop(child)
                 raise LabError(f"{shown}: closed its output but did not end within "
@@ -391,7 +392,8 @@ def _read_both(stdout_r, stderr_r, deadline):
             while selector.get_map():
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError
+                    raise Unfinished(*map(_text, (b"".join(chunks[stdout_r]),
+                                                   b"".join(chunks[stderr_r]))))
                 for key, _ in selector.select(left):
                     data = os.read(key.fd, 65536)
                     if data:
@@ -401,9 +403,28 @@ def _read_both(stdout_r, stderr_r, deadline):
         finally:
             for fd in chunks:
                 os.close(fd)
-    # As subprocess's text mode reads them: universal newlines.
-    return tuple(b"".join(chunks[fd]).decode("utf-8", "replace")
-                 .replace("\r\n", "\n").replace("\r", "\n") for fd in (stdout_r, stderr_r))
+    return tuple(_text(b"".join(chunks[fd])) for fd in (stdout_r, stderr_r))
+
+
+def _text(data):
+    """As subprocess's text mode reads it: universal newlines."""
+    return data.decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+class Unfinished(TimeoutError):
+    """A command still running at its deadline, with what it had written."""
+
+    def __init__(self, out, err):
+        super().__init__("still running")
+        self.out, self.err = out, err
+
+
+def _so_far(exc, lines=40):
+    """The end of what a timed-out command had written: where it waited."""
+    if not isinstance(exc, Unfinished) or not (exc.out or exc.err):
+        return ""
+    return "".join(f"\n--- its {name} so far (the end):\n" + "\n".join(text.splitlines()[-lines:])
+                   for name, text in (("stdout", exc.out), ("stderr", exc.err)) if text)
 
 
 def _stop(child):
