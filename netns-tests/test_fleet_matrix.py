@@ -33,8 +33,13 @@ LAN_VIP = "192.168.100.10"
 ROUTED_VIP = "10.200.0.10"
 WORKERS = {"pi1": "192.168.100.3", "pi2": "192.168.100.4", "pi3": "192.168.100.6"}
 BALANCERS = {"lb1": "192.168.100.2", "lb2": "192.168.100.5"}
+# Two chances: a stall of the emulated lab's CPUs past one 500 ms check
+# fails every worker's at once.  With one chance the balancer has no real
+# server left; in mode ecmp it also withdraws the VIP, and a connection the
+# router then moves leaves its entry ESTABLISHED on the balancer it left,
+# which a drain's wait for idle counts for IPVS's 15 minutes.
 FAST_CHECK = {"http": {"path": "/index.html", "status": 200},
-              "interval": "1s", "timeout": "500ms", "retries": 1, "rise": 1}
+              "interval": "1s", "timeout": "500ms", "retries": 2, "rise": 1}
 
 # The README's simplest cluster: one balancer, no checks, no vrrp section.
 SINGLE = {
@@ -289,9 +294,13 @@ def _rollout(lab, cell, serving, vip):
     drained = " && ".join(
         f"ip netns exec {lab.nodes[node].netns} ipvsadm-save -n | "
         f'grep -q -- "-r $LBCTL_WORKER_ADDRESS:80 -g -w 0$"' for node in serving)
+    # A bound of its own, well inside the test's: a wait that stalls is
+    # reported by the rollout, with the connection table that held it.
     done = cell.run("rollout", "--exec", f'{drained} && echo "$LBCTL_WORKER" >> {ran}',
-                    "--batch", "2", "--start-at", "pi2")
-    assert done.returncode == 0, done.stdout + done.stderr
+                    "--batch", "2", "--start-at", "pi2", "--timeout", "120")
+    assert done.returncode == 0, done.stdout + done.stderr + "".join(
+        f"\n--- {node}'s connections:\n{lab.sh(node, ['ipvsadm', '-L', '-n', '-c']).stdout}"
+        for node in serving)
     assert "rolled out to 2 worker(s): pi2, pi3" in done.stdout, done.stdout
     assert ran.read_text() == "pi2\npi3\n"
     for node in serving:
