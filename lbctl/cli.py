@@ -14,6 +14,8 @@ import sys
 from lbctl import __version__
 from lbctl.errors import EXIT_USAGE, EXIT_VERSION, ConfigError, LbctlError
 
+EXIT_BROKEN_PIPE = 128 + 13  # as a shell reports a program SIGPIPE ended
+
 
 class Parser(argparse.ArgumentParser):
     """argparse, with usage errors on their own exit code: 2 means pending changes."""
@@ -388,6 +390,12 @@ def main(argv=None):
             raise
         print(f"lbctl: {exc}", file=sys.stderr)
         return exc.exit_code
+    except BrokenPipeError:
+        # The reader went (`lbctl status --watch | head`): end without a word,
+        # as a shell tool does, and with its status.  What is still buffered
+        # goes nowhere, so the flush at exit finds no closed pipe either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except OSError as exc:
         if debug:
             raise

@@ -97,6 +97,17 @@ def test_python_dash_m_lbctl_runs_the_cli():
     assert done.returncode == 0 and "valid" in done.stdout
 
 
+def test_a_reader_that_goes_ends_lbctl_quietly_as_it_would_a_shell_tool(tmp_path):
+    # `lbctl status --watch | head -1`: head reads a line and goes.
+    watch = subprocess.Popen([sys.executable, "-m", "lbctl", "status", "--watch", "--interval",
+                              "0.1", "--root", str(tmp_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert watch.stdout.readline().startswith("lbctl status --watch")
+    watch.stdout.close()
+    assert watch.wait(timeout=30) == 141
+    assert watch.stderr.read() == ""
+
+
 def test_the_wheel_lists_every_package_of_lbctl():
     # pyproject.toml names the packages one by one: a new one left out would
     # be missing from every installed node.
