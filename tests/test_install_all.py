@@ -223,6 +223,25 @@ def test_install_twice_then_uninstall_leaves_no_file_of_lbctls(monkeypatch, tmp_
     assert [what for _node, what in ran].count("install") == 10
 
 
+def test_the_link_is_made_under_a_name_no_one_knows_before(monkeypatch, tmp_path):
+    from lbctl.remote import node_install
+
+    folder = tmp_path / "usr/local/sbin"
+    folder.mkdir(parents=True)
+    link, target = folder / "lbctl", "/opt/lbctl/bin/lbctl"
+    made = []
+    symlink = os.symlink
+    monkeypatch.setattr(node_install.os, "symlink",
+                        lambda to, path: (made.append(os.path.basename(path)), symlink(to, path)))
+    assert node_install.make_link(target, str(link), "/usr/local/sbin/lbctl")
+    link.unlink()
+    assert node_install.make_link(target, str(link), "/usr/local/sbin/lbctl")
+    assert os.readlink(link) == target
+    # A new name each time, hidden by its dot; nothing but the link is left.
+    assert len(set(made)) == 2 and all(re.fullmatch(r"\.lbctl-[0-9a-f]{16}", n) for n in made)
+    assert os.listdir(folder) == ["lbctl"]
+
+
 def test_a_payload_entry_with_a_path_of_its_own_is_refused(tmp_path):
     """The node writes only the files it expects, into its private folder."""
     import tarfile

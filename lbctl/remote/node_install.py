@@ -298,11 +298,23 @@ def make_link(target, link, shown):
     if os.path.lexists(link) and not (os.path.islink(link) and is_ours(os.readlink(link))):
         raise Refused(f"{shown} exists and is not lbctl's link: left as it is; move it away "
                       "and run install again")
-    os.makedirs(os.path.dirname(link), exist_ok=True)
-    fresh = f"{link}.lbctl-new"
-    ignoring_os_errors(os.unlink, fresh)
-    os.symlink(target, fresh)
-    os.replace(fresh, link)
+    folder = os.path.dirname(link)
+    os.makedirs(folder, exist_ok=True)
+    # The new link gets a name no one can know in advance, as replace_text's
+    # files do: one made under a fixed name could be swapped for another
+    # link before the rename puts it in place.
+    while True:
+        fresh = os.path.join(folder, f".lbctl-{os.urandom(8).hex()}")
+        try:
+            os.symlink(target, fresh)
+            break
+        except FileExistsError:
+            continue
+    try:
+        os.replace(fresh, link)
+    except BaseException:
+        ignoring_os_errors(os.unlink, fresh)
+        raise
     say(f"link {shown}: made")
     return True
 
