@@ -46,17 +46,31 @@ def pair_edited(**changes):
     return spec
 
 
-def steady_pair(**changes):
-    """pair_edited, with 1 s VRRP adverts: for a test that changes a running
-    pair under load and means to fail nothing over.  With the pair's 100 ms
-    ones, a keepalived reload on the emulated lab's busy CPUs can hold the
-    master's adverts up for three of them: the backup takes the VIP for a
-    moment, and a connection begun on the master is reset, or its end goes
-    through the backup and the master counts it as active for 15 minutes.
-    Apply it to both balancers before the load starts."""
-    spec = pair_edited(**changes)
-    spec["vrrp"] = {**spec["vrrp"], "advert_interval": "1s"}
+def steady(spec):
+    """`spec` for a test that changes a running pair under load and means to
+    fail nothing over and refuse no request.  Apply it to both balancers
+    before the load starts.
+
+    - 1 s VRRP adverts: with the pair's 100 ms ones, a keepalived reload on
+      the emulated lab's busy CPUs can hold the master's adverts up for three
+      of them: the backup takes the VIP for a moment, and a connection begun
+      on the master is reset, or its end goes through the backup and the
+      master counts it as active for 15 minutes.
+    - Two chances for each check: a stall of those CPUs past one check's
+      500 ms fails every worker's check at once, and with one chance the VIP
+      is left with no real server for the 3 s the rise takes (IPVS then
+      refuses each new connection)."""
+    spec = copy.deepcopy(spec)
+    spec["vrrp"] = {**spec.get("vrrp", {}), "advert_interval": "1s"}
+    for service in spec["services"].values():
+        if "health" in service:
+            service["health"] = {**service["health"], "retries": 2}
     return spec
+
+
+def steady_pair(**changes):
+    """pair_edited(), made steady()."""
+    return steady(pair_edited(**changes))
 
 
 def edited(**changes):

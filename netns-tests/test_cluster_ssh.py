@@ -14,7 +14,7 @@ import time
 import pytest
 import yaml
 
-from clusters import DNS_VIP, PAIR, TOPOLOGY, WEB_VIP, pair_edited, write_cluster
+from clusters import DNS_VIP, PAIR, TOPOLOGY, WEB_VIP, pair_edited, steady, write_cluster
 from conftest import ClusterLab, measured
 from lbctl import __version__
 from lbctl.lab.sshd import LabSsh
@@ -46,21 +46,10 @@ def fleet(lab):
 
 
 def as_root(spec):
-    """The lab logs in as root and runs lbctl without sudo.
-
-    VRRP keeps its default 1 s adverts here: these tests fail nothing over,
-    and with the pair's fast 100 ms ones, a keepalived reload on the emulated
-    lab's busy CPUs can miss three adverts, hand the VIP to the backup for a
-    moment, and reset a connection that began on the other balancer.
-
-    The web checks give a worker two chances, for the same reason: a stall
-    of those CPUs past one check's 500 ms fails every worker's check at
-    once, and with one chance the VIP is left with no real server for the
-    3 s its rise takes (IPVS then refuses each new connection)."""
-    services = {name: {**svc, "health": {**svc["health"], "retries": 2}} if "health" in svc
-                else svc for name, svc in spec["services"].items()}
-    return {**spec, "services": services, "ssh": {"user": "root"},
-            "vrrp": {"advert_interval": "1s", "preempt": True}}
+    """The lab logs in as root and runs lbctl without sudo.  These tests
+    change the pair under load and fail nothing over: steady() (1 s adverts,
+    two chances for each check)."""
+    return {**steady(spec), "ssh": {"user": "root"}}
 
 
 @pytest.fixture(scope="module")

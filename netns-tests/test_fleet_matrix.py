@@ -55,7 +55,7 @@ PAIR = copy.deepcopy(SINGLE_CHECKED)
 PAIR["balancers"] = {"lb1": {"address": BALANCERS["lb1"], "interface": "eth0", "priority": 150},
                      "lb2": {"address": BALANCERS["lb2"], "interface": "eth0", "priority": 100}}
 # 1 s adverts: on the emulated lab's busy CPUs 100 ms ones can be missed
-# during a reload (see test_cluster_ssh.as_root).
+# during a reload (see clusters.steady).
 PAIR["vrrp"] = {"advert_interval": "1s", "preempt": True}
 ECMP = copy.deepcopy(SINGLE_CHECKED)
 ECMP["mode"] = "ecmp"
