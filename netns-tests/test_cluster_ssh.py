@@ -567,7 +567,7 @@ def test_the_first_hour_guide_runs_as_written(lab, fleet):
     path.write_text(spec.replace("  user: pi\n", "  user: root\n"))
     before = {name: node_trace(lab, name) for name in GUIDE_NODES}
     fleet.use_installed(GUIDE_NODES)
-    cluster, watch, unlike = yaml.safe_load(spec)["cluster"], None, []
+    cluster, watch, unlike, seen = yaml.safe_load(spec)["cluster"], None, [], {}
     known_hosts = os.path.join(fleet.dir, "known_hosts")
     with open(known_hosts) as fh:
         recorded = fh.read()
@@ -580,7 +580,7 @@ def test_the_first_hour_guide_runs_as_written(lab, fleet):
             assert "Host key verification failed." in met.stdout + met.stderr, met.stdout + met.stderr
             for step in steps:
                 if step[0] == "lab":
-                    act_out(lab, step[1], cluster, watch)
+                    act_out(lab, step[1], cluster, watch, seen)
                 elif step[0] == "watch":
                     watch = watch_from_the_guide(fleet, step[1])
                 elif step[0] == "run":
@@ -664,9 +664,16 @@ def watch_from_the_guide(fleet, words):
     return watch
 
 
-def act_out(lab, what, cluster, watch):
+def frame_time(screen):
+    """The clock time in the header of the status --watch frame on `screen`."""
+    found = re.search(r"lbctl status --watch +(\d\d:\d\d:\d\d)", screen)
+    return found and found[1]
+
+
+def act_out(lab, what, cluster, watch, seen):
     """What a person does by hand at a `<!-- lab: ... -->` mark of the
-    guide; `watch`: the terminal running the guide's status --watch."""
+    guide; `watch`: the terminal running the guide's status --watch;
+    `seen`: what one mark noted for a later one."""
     if what == "pull lb1's cable":
         watch.wait_for(lab, lambda screen: f"cluster {cluster}: VRRP BACKUP" in screen,
                        timeout=60, what="the watch to show lb2 as the backup")
@@ -678,8 +685,12 @@ def act_out(lab, what, cluster, watch):
         lab.set_link("lb1", True)
         lab.wait_for(lambda: lab.vrrp_state("lb1", cluster) == "BACKUP",
                      what="lb1 back as the backup")
+        seen["lb1 back"] = frame_time(watch.screen())
     elif what == "leave the watch":
-        # lb1 came back as the backup: lb2 is still the master, as the guide says.
+        # lb1 came back as the backup: lb2 is still the master, as the guide
+        # says, in a frame drawn since (the one on screen may be older).
+        watch.wait_for(lab, lambda screen: frame_time(screen) != seen["lb1 back"], timeout=30,
+                       what="a frame drawn after lb1 came back")
         assert f"cluster {cluster}: VRRP MASTER" in watch.screen(), watch.screen()
         watch.keys("q")
         watch.wait_for(lab, lambda screen: "exited " in screen, timeout=30,
