@@ -67,7 +67,8 @@ def bash_script(parser):
     known = [" ".join(c.path) for c in levels]
     lines = [
         "# bash completion for lbctl, made by `lbctl completion bash` from lbctl's parser.",
-        f"# lbctl {__version__}.  Install: lbctl completion bash > /etc/bash_completion.d/lbctl",
+        f"# lbctl {__version__}.  Installed by `lbctl install --all` as",
+        "# /usr/local/share/bash-completion/completions/lbctl, where bash-completion finds it.",
         "_lbctl() {",
         '    local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"',
         '    local path=lbctl i words="" flags=""',
