@@ -11,12 +11,14 @@ command changes it.  The suite prints the matrix at the end.
 A new command that takes --all gets a column here.
 """
 
+import contextlib
 import copy
 import os
 import re
 import subprocess
 import sys
 import time
+from ipaddress import IPv4Address
 
 import pytest
 
@@ -35,9 +37,7 @@ WORKERS = {"pi1": "192.168.100.3", "pi2": "192.168.100.4", "pi3": "192.168.100.6
 BALANCERS = {"lb1": "192.168.100.2", "lb2": "192.168.100.5"}
 # Two chances: a stall of the emulated lab's CPUs past one 500 ms check
 # fails every worker's at once.  With one chance the balancer has no real
-# server left; in mode ecmp it also withdraws the VIP, and a connection the
-# router then moves leaves its entry ESTABLISHED on the balancer it left,
-# which a drain's wait for idle counts for IPVS's 15 minutes.
+# server left, and in mode ecmp it withdraws the VIP too.
 FAST_CHECK = {"http": {"path": "/index.html", "status": 200},
               "interval": "1s", "timeout": "500ms", "retries": 2, "rise": 1}
 
@@ -339,14 +339,7 @@ def test_an_ecmp_bgp_change_rolled_out_keeps_a_route_at_the_router(lab, fleet):
     again, so the router always has a next hop for the VIP."""
     import threading
 
-    path = write_cluster(lab.files / "ecmp-hold.yaml", ECMP)
-    try:
-        done = fleet.lbctl_all("apply", str(path))
-        assert done.returncode == 0, done.stdout + done.stderr
-        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
-        lab.wait_for(lambda: served_by(lab, ROUTED_VIP) == {f"served by {w}" for w in WORKERS},
-                     timeout=30, what="every worker serving")
-
+    with ecmp_applied(lab, fleet, "ecmp-hold"):
         held_longer = copy.deepcopy(ECMP)
         held_longer["bgp"]["hold"] = "4s"
         changed = write_cluster(lab.files / "ecmp-hold-4s.yaml", held_longer)
@@ -382,10 +375,86 @@ def test_an_ecmp_bgp_change_rolled_out_keeps_a_route_at_the_router(lab, fleet):
         assert len(samples) > 20 and bare == [], (len(samples), bare)
         assert dropped, "no balancer's session restarted: the test proves nothing"
         lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
+
+
+@contextlib.contextmanager
+def ecmp_applied(lab, fleet, name):
+    """ECMP applied by apply --all, offered by both balancers and served by
+    every worker; removed from every node after."""
+    path = write_cluster(lab.files / f"{name}.yaml", ECMP)
+    try:
+        done = fleet.lbctl_all("apply", str(path))
+        assert done.returncode == 0, done.stdout + done.stderr
+        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
+        lab.wait_for(lambda: served_by(lab, ROUTED_VIP) == {f"served by {w}" for w in WORKERS},
+                     timeout=30, what="every worker serving")
+        yield path
     finally:
         done = fleet.lbctl_all("apply", str(path), "--remove")
         if done.returncode != 0:
             take_everything_away(lab, fleet, path, ["lb1", "lb2"])
+
+
+def test_in_mode_ecmp_a_drain_waits_for_connections_not_the_entries_a_moved_flow_left(
+        lab, fleet):
+    """A flow the router moves to another balancer leaves its entry on the
+    one it left, ESTABLISHED for IPVS's 15 minutes, while the connection ends
+    through the other.  drain --all --wait (and rollout) count each
+    connection once, where it was seen last: the worker is idle at once."""
+    with ecmp_applied(lab, fleet, "ecmp-moved") as path:
+        # Requests begun and left waiting, half of them through lb1 by the
+        # router's hash.
+        go = lab.files / "finish-the-requests"
+        holder = lab.spawn("client", [sys.executable, "-c", FINISH_LATER, ROUTED_VIP, "80",
+                                      "16", str(go)])
+        lab.wait_for(lambda: established_on(lab, "lb1"), timeout=10,
+                     what="connections through lb1")
+        # lb1 leaves: its flows go to lb2, which takes them up as their
+        # requests end, and sees them close.
+        drained = lab.lbctl("lb1", "drain-balancer", "lb1", "--timeout", "60", timeout=120)
+        assert drained.returncode == 0, drained.stdout + drained.stderr
+        lab.wait_for_next_hops(ROUTED_VIP, ["lb2"])
+        go.touch()
+        assert holder.wait(timeout=60) == 0
+        undrained = lab.lbctl("lb1", "undrain-balancer", "lb1", timeout=120)
+        assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
+        # What lb1 still holds: entries of connections that ended elsewhere.
+        left = established_on(lab, "lb1")
+        assert left, "no entry left on lb1: the test proves nothing"
+        worker = next(w for w, a in WORKERS.items() if a == left[0])
+        waited = fleet.lbctl_all("drain", worker, str(path), "--wait", "--timeout", "60")
+        assert waited.returncode == 0, waited.stdout + waited.stderr
+        assert re.search(rf"^{worker} is idle on lb1, lb2 after \d+s\n  lb1 still lists \d+ "
+                         r"ESTABLISHED entr(y|ies) of connections that closed through another "
+                         "balancer", waited.stdout, re.M), waited.stdout
+        assert WORKERS[worker] in established_on(lab, "lb1")  # still there, not counted
+        done = fleet.lbctl_all("undrain", worker, str(path))
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+# Opens connections, sends each the start of a request, then (once the
+# file argv[4] exists) the rest, and reads each answer to its end.
+FINISH_LATER = """\
+import os, socket, sys, time
+vip, port, count, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+held = [socket.create_connection((vip, port), timeout=60) for _ in range(count)]
+for s in held:
+    s.sendall(b"GET / HTTP/1.0\\r\\n")
+while not os.path.exists(go):
+    time.sleep(0.1)
+for s in held:
+    s.sendall(b"\\r\\n")
+    while s.recv(65536):
+        pass
+    s.close()
+"""
+
+
+def established_on(lab, node):
+    """The worker addresses of `node`'s ESTABLISHED entries to the routed VIP."""
+    return [str(IPv4Address(int(fields[5], 16)))
+            for fields in lab.service_entries(node, ROUTED_VIP, 80) if fields[7] == "ESTABLISHED"]
 
 
 def held_on(lab, node, ifname):

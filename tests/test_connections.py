@@ -93,3 +93,29 @@ def test_no_table_says_ipvs_is_not_loaded_and_an_empty_one_lists_nothing(tmp_pat
     out = io.StringIO()
     assert write_text(Filter(), names(), out, str(empty)) == 0
     assert out.getvalue().endswith("0 connection entries\n") and "not loaded" not in out.getvalue()
+
+
+def test_json_ends_with_the_kernels_timeouts_and_the_weights_of_the_real_servers_kept(tmp_path):
+    from ipaddress import IPv4Address
+
+    from fakes import FakeIpvs
+    from lbctl.config.model import DestKey, ServiceKey
+    from lbctl.state import FWD_DIRECT_ROUTING, ServiceSpec
+    from lbctl.status.connections import kernel_settings
+
+    ipvs = FakeIpvs()
+    ipvs.kernel_timeouts["tcp_fin"] = 600  # as `ipvsadm --set` or another file left it
+    web = ServiceKey("tcp", IPv4Address("192.168.100.10"), 80)
+    ipvs.services[web] = ServiceSpec("wrr")
+    for address, weight in (("192.168.100.3", 0), ("192.168.100.4", 1)):
+        ipvs.dests[DestKey(web, IPv4Address(address), 80)] = [weight, FWD_DIRECT_ROUTING, 0]
+    wanted = Filter.of(names(), worker="pi1")
+    out = io.StringIO()
+    write_json(entries(wanted, table(tmp_path)), names(), out, kernel_settings(ipvs, wanted, names()))
+    report = json.loads(out.getvalue())
+    assert report["timeouts"] == {"tcp": 900, "tcp_fin": 600, "udp": 300}
+    # pi1's real server alone, drained: a reader can tell a drain was undone.
+    assert report["real_servers"] == [{"service": "web", "vip": "192.168.100.10", "port": 80,
+                                       "worker": "pi1", "worker_address": "192.168.100.3",
+                                       "worker_port": 80, "weight": 0}]
+    assert len(report["connections"]) == 3  # pi1's, as before

@@ -3,6 +3,7 @@ backup agrees with the master when it takes over."""
 
 from lbctl.commands.drain import check_names
 from lbctl.config import load_cluster
+from lbctl.config.model import Mode
 from lbctl.errors import UsageError
 from lbctl.remote.blocks import node_block, progress, show_outcomes
 from lbctl.remote.fleet import select, vrrp_states
@@ -74,7 +75,13 @@ def wait_idle(cluster, balancers, worker, service, timeout, ssh_config, out):
     True if it became idle in time.
 
     The master carries the connections; the backup's copies follow its sync
-    messages, and one lost message must not hold the wait up."""
+    messages, and one lost message must not hold the wait up.  In mode
+    ecmp every balancer carries them, and a flow the router moved leaves an
+    entry behind: each connection counts once (remote/idle.py)."""
+    if cluster.mode == Mode.ECMP:
+        from lbctl.remote.idle import wait_idle_across
+
+        return wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, out)
     flags = ["--service", service] if service else []
     states = vrrp_states(cluster, balancers, ssh_config)
     carrying = [t for t in balancers if states.get(t.node) == "MASTER"] or balancers

@@ -82,9 +82,9 @@ def _clusters_named(args):
 
 def run_connections(args, out):
     """The connection table with names: from FILE, else the saved copies here."""
-    from lbctl.status.connections import (NOT_LOADED, Filter, Names, entries, table_exists,
-                                          write_json, write_text)
-    from lbctl.errors import UsageError
+    from lbctl.status.connections import (NOT_LOADED, Filter, Names, entries, kernel_settings,
+                                          table_exists, write_json, write_text)
+    from lbctl.errors import KernelError, UsageError
     from lbctl.status.collect import keepalived_states
 
     clusters = _clusters_named(args)
@@ -101,7 +101,13 @@ def run_connections(args, out):
     if args.json:
         if not table_exists():  # the JSON stays what a script expects: no entries
             print(f"lbctl: {NOT_LOADED}", file=sys.stderr)
-        write_json(entries(wanted), names, out)
+        from lbctl.adapters.ipvs import IpvsNetlink
+
+        try:
+            kernel = kernel_settings(IpvsNetlink(load_module=False), wanted, names)
+        except KernelError:
+            kernel = None  # not root: /proc lists the connections, netlink says nothing
+        write_json(entries(wanted), names, out, kernel)
         return 0
     backup = [name for name, info in keepalived_states(args.root, clusters).items()
               if info.held_vrrp is not None and info.held_vrrp.state == "BACKUP"]

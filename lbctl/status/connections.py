@@ -71,6 +71,11 @@ class Filter:
             return int(caddr, 16) & int(net.netmask) == int(net.network_address)
         return True
 
+    def wants_real_server(self, proto, vaddr, vport, daddr):
+        """The service and worker filters alone: a real server has no client."""
+        return ((self.service_keys is None or (proto, vaddr, vport) in self.service_keys)
+                and (self.worker_hex is None or daddr == self.worker_hex))
+
 
 def _ip(text):
     """The kernel writes IPv4 as 8 hex digits and IPv6 in its usual form."""
@@ -229,13 +234,36 @@ def _write_lines(wanted, names, out, path, service_label, worker_label):
     return total
 
 
-def write_json(rows, names, out):
-    """{"connections": [...], "summary": [...]}, written as the entries come."""
+def write_json(rows, names, out, kernel=None):
+    """{"connections": [...], "summary": [...]}, written as the entries come.
+    `kernel`: more keys for the end, {"timeouts": ..., "real_servers": ...}
+    (kernel_settings())."""
     with _without_gc():
-        return _write_json(rows, names, out)
+        return _write_json(rows, names, out, kernel or {})
 
 
-def _write_json(rows, names, out):
+def kernel_settings(ipvs, wanted, names):
+    """What a reader needs to weigh the entries: the kernel's IPVS timeouts
+    ({"tcp": 900, "tcp_fin": 120, "udp": 300}; an entry's age since its last
+    packet is its state's timeout less its `expires`), and the weight of each
+    real server the filter keeps.  Both empty without ip_vs."""
+    servers = []
+    for svc in ipvs.dump():
+        if svc.key is None:
+            continue
+        proto, vaddr, vport = svc.key.protocol.upper(), _hex(svc.key.vip), f"{svc.key.port:04X}"
+        for d in svc.dests:
+            daddr = f"{int(d.address):08X}"
+            if wanted.wants_real_server(proto, vaddr, vport, daddr):
+                servers.append({"service": names.services.get((proto, vaddr, vport)),
+                                "vip": str(svc.key.vip), "port": svc.key.port,
+                                "worker": names.workers.get(daddr),
+                                "worker_address": str(d.address), "worker_port": d.port,
+                                "weight": d.weight})
+    return {"timeouts": ipvs.timeouts(), "real_servers": servers}
+
+
+def _write_json(rows, names, out, kernel):
     counts = Counter()
     out.write('{"connections": [')
     first = True
@@ -252,7 +280,9 @@ def _write_json(rows, names, out):
             "service": service, "vip": vip, "worker": worker, "worker_address": address,
             "states": {}})
         entry["states"][state] = n
-    out.write("\n], \"summary\": " + json.dumps(list(summary.values()), indent=2) + "}\n")
+    out.write("\n], \"summary\": " + json.dumps(list(summary.values()), indent=2)
+              + "".join(f", {json.dumps(key)}: {json.dumps(value)}" for key, value in kernel.items())
+              + "}\n")
     return sum(counts.values())
 
 
