@@ -298,23 +298,7 @@ def make_link(target, link, shown):
     if os.path.lexists(link) and not (os.path.islink(link) and is_ours(os.readlink(link))):
         raise Refused(f"{shown} exists and is not lbctl's link: left as it is; move it away "
                       "and run install again")
-    folder = os.path.dirname(link)
-    os.makedirs(folder, exist_ok=True)
-    # The new link gets a name no one can know in advance, as replace_text's
-    # files do: one made under a fixed name could be swapped for another
-    # link before the rename puts it in place.
-    while True:
-        fresh = os.path.join(folder, f".lbctl-{os.urandom(8).hex()}")
-        try:
-            os.symlink(target, fresh)
-            break
-        except FileExistsError:
-            continue
-    try:
-        os.replace(fresh, link)
-    except BaseException:
-        ignoring_os_errors(os.unlink, fresh)
-        raise
+    put_in_place(link, lambda fresh: os.symlink(target, fresh))
     say(f"link {shown}: made")
     return True
 
@@ -368,16 +352,33 @@ def own_text(path, mark):
 
 
 def replace_text(path, text):
-    """`path` holds `text`, readable by all, put in place whole.  The new
-    file has a name of its own (O_EXCL: nothing planted there is followed),
-    hidden by its dot from zsh's search of its folders."""
-    folder = os.path.dirname(path)
-    os.makedirs(folder, exist_ok=True)
-    fd, fresh = tempfile.mkstemp(dir=folder, prefix=".lbctl-")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+    """`path` holds `text`, readable by all, put in place whole."""
+    def write(fresh):
+        with open(fresh, "x", encoding="utf-8") as fh:  # O_EXCL
             os.fchmod(fh.fileno(), 0o644)
             fh.write(text)
+    put_in_place(path, write)
+
+
+def put_in_place(path, make):
+    """make(name) makes the new `path` under a name no one can know in
+    advance, then a rename puts it in place whole.  A fixed name could be
+    planted, or swapped between the making and the rename; make() fails on
+    a name that exists (O_EXCL, symlink), so nothing planted is followed.
+    The name's dot hides it from zsh's search of its folders meanwhile."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, exist_ok=True)
+    while True:
+        fresh = os.path.join(folder, f".lbctl-{os.urandom(8).hex()}")
+        try:
+            make(fresh)
+            break
+        except FileExistsError:
+            continue
+        except BaseException:
+            ignoring_os_errors(os.unlink, fresh)  # a file half written
+            raise
+    try:
         os.replace(fresh, path)
     except BaseException:
         ignoring_os_errors(os.unlink, fresh)
