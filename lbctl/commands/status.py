@@ -103,10 +103,13 @@ def run_connections(args, out):
             print(f"lbctl: {NOT_LOADED}", file=sys.stderr)
         from lbctl.adapters.ipvs import IpvsNetlink
 
+        ipvs = IpvsNetlink(load_module=False, keep_open=True)  # one socket for both reads
         try:
-            kernel = kernel_settings(IpvsNetlink(load_module=False), wanted, names)
+            kernel = kernel_settings(ipvs, wanted, names)
         except KernelError:
             kernel = None  # not root: /proc lists the connections, netlink says nothing
+        finally:
+            ipvs.close()
         write_json(entries(wanted), names, out, kernel)
         return 0
     backup = [name for name, info in keepalived_states(args.root, clusters).items()

@@ -25,6 +25,12 @@ def _hex(address):
     return f"{int(address):08X}"
 
 
+def _kernel_key(service):
+    """A service (the file's, or the kernel's ServiceKey) as the table writes
+    it: ("TCP", "C0A8640A", "0050")."""
+    return service.protocol.upper(), _hex(service.vip), f"{service.port:04X}"
+
+
 @dataclass(frozen=True)
 class Names:
     """The file's names for what the table shows, keyed as the kernel writes it."""
@@ -37,7 +43,7 @@ class Names:
         services, workers = {}, {}
         for cluster in clusters:
             for name, svc in cluster.services.items():
-                services[(svc.protocol.upper(), _hex(svc.vip), f"{svc.port:04X}")] = name
+                services[_kernel_key(svc)] = name
             workers.update({_hex(w.address): name for name, w in cluster.workers.items()})
         return cls(services, workers)
 
@@ -251,11 +257,11 @@ def kernel_settings(ipvs, wanted, names):
     for svc in ipvs.dump():
         if svc.key is None:
             continue
-        proto, vaddr, vport = svc.key.protocol.upper(), _hex(svc.key.vip), f"{svc.key.port:04X}"
+        key = _kernel_key(svc.key)
         for d in svc.dests:
-            daddr = f"{int(d.address):08X}"
-            if wanted.wants_real_server(proto, vaddr, vport, daddr):
-                servers.append({"service": names.services.get((proto, vaddr, vport)),
+            daddr = _hex(d.address)
+            if wanted.wants_real_server(*key, daddr):
+                servers.append({"service": names.services.get(key),
                                 "vip": str(svc.key.vip), "port": svc.key.port,
                                 "worker": names.workers.get(daddr),
                                 "worker_address": str(d.address), "worker_port": d.port,
