@@ -17,6 +17,7 @@ behind cannot be told from a quiet connection, and it counts.
 
 import json
 import time
+from collections import Counter
 
 from lbctl.config.model import IPVS_TIMEOUTS
 from lbctl.remote.blocks import progress
@@ -70,22 +71,24 @@ def live_connections(tables):
             known = entry["protocol"] in ("tcp", "udp")  # SCTP's states are its own
             age = since_last_packet(entry, timeouts) if known else None
             entries.setdefault(key, []).append((node, entry, age))
-    live, set_aside = [], {}
+    live, set_aside = [], Counter()
     for found in entries.values():
-        closed = [age for _, entry, age in found
-                  if entry["protocol"] == "tcp" and entry["state"] in CLOSING]
+        closed = min((age for _, entry, age in found
+                      if entry["protocol"] == "tcp" and entry["state"] in CLOSING), default=None)
         busy = []
-        for node, entry, age in found:
-            if entry["protocol"] == "udp" or entry["state"] == "ESTABLISHED" or (
-                    entry["protocol"] == "tcp" and entry["state"] in OPEN):
-                if entry["protocol"] == "tcp" and closed and min(closed) < age:
-                    if entry["state"] == "ESTABLISHED":
-                        set_aside[node] = set_aside.get(node, 0) + 1
-                else:
-                    busy.append((node, entry, age))
-        if busy:
+        for node, entry, age in filter(lambda f: _keeps_busy(f[1]), found):
+            if entry["protocol"] == "tcp" and closed is not None and closed < age:
+                set_aside[node] += entry["state"] == "ESTABLISHED"
+            else:
+                busy.append((node, entry, age))
+        if busy:  # reported where it was seen last
             live.append(min(busy, key=lambda b: -1 if b[2] is None else b[2])[:2])
-    return live, set_aside
+    return live, +set_aside
+
+
+def _keeps_busy(entry):
+    protocol, state = entry["protocol"], entry["state"]
+    return protocol == "udp" or state == "ESTABLISHED" or (protocol == "tcp" and state in OPEN)
 
 
 def undone_drains(tables):
@@ -121,9 +124,7 @@ def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, o
                           "IPVS's tcp timeout\n")
             out.flush()
             return True
-        where = {}
-        for node, _ in live:
-            where[node] = where.get(node, 0) + 1
+        where = Counter(node for node, _ in live)
         now = ", ".join(f"{n} on {node}" for node, n in sorted(where.items()))
         if waited >= timeout:
             if silent:
