@@ -3,6 +3,7 @@ the router's move left open is set aside once another balancer saw the
 connection close; everything else that keeps a worker busy counts."""
 
 import io
+import json
 from types import SimpleNamespace
 
 from lbctl.remote.idle import live_connections, wait_idle_across
@@ -135,3 +136,34 @@ def test_at_the_timeout_the_connections_left_are_named_by_balancer():
     assert waited([busy] * 10, timeout=4) == (
         False, "pi2 still has 3 connection(s) after 4s (1 on lb1, 2 on lb2); it stays drained "
                "(`lbctl undrain pi2 FILE --all` puts it back)\n")
+
+
+def test_a_service_the_file_does_not_declare_neither_counts_nor_undoes_the_drain():
+    # Another cluster's service on the same balancer sends pi2's address
+    # traffic at weight 1: without --service the balancer reports it too.
+    foreign = dict(entry("ESTABLISHED", 899, client_port=7), service=None, worker=None)
+    lb1 = table(foreign)
+    lb1["real_servers"].append({"service": None, "worker": None, "weight": 1})
+    assert live(lb1=lb1, lb2=table()) == ([], {})
+    assert waited([({"lb1": lb1, "lb2": table()}, [])]) == (
+        True, "pi2 is idle on lb1, lb2 after 0s\n")
+
+
+def test_a_balancer_that_leaves_out_the_weights_is_no_answer(monkeypatch):
+    # Run without root, status leaves out what needs it: the weights, which
+    # the wait needs to see the drain still holds.
+    from lbctl.remote import idle
+
+    without_root = json.dumps({"connections": [], "summary": []})
+    with_root = json.dumps(table())
+    asked = {}
+
+    def run_on_each(targets, args_for, text, ssh_config, timeout):
+        asked["timeout"] = timeout
+        return {t.node: SimpleNamespace(returncode=0, stdout=with_root if t.node == "lb1"
+                                        else without_root) for t in targets}
+    monkeypatch.setattr(idle, "run_on_each", run_on_each)
+    cluster = SimpleNamespace(text="")
+    assert idle._tables(cluster, BALANCERS, "pi2", None, None, 12.0) == (
+        {"lb1": json.loads(with_root)}, ["lb2"])
+    assert asked["timeout"] == 12.0

@@ -10,9 +10,12 @@ minutes.  Here an entry that is still open is set aside when another
 balancer saw the same connection close after it last saw a packet of it.
 
 That covers a connection whose end another balancer still holds: for
-tcp_fin (2 minutes by default) after the client's FIN.  Past that, or
-where the end was a reset (IPVS keeps no entry for one), the entry left
-behind cannot be told from a quiet connection, and it counts.
+tcp_fin (2 minutes by default) after the client's FIN, 10 s (CLOSE) after
+a reset.  Past that, or where the reset was the first packet of it the
+other balancer saw (IPVS makes no entry for one), the entry left behind
+cannot be told from a quiet connection, and it counts.  Entries of services
+the file does not declare are left out: a wait without --service gets
+every service that holds the worker's address.
 """
 
 import json
@@ -59,12 +62,14 @@ def live_connections(tables):
     on any balancer, saw a packet after it did.  UDP flows count for their
     whole life, as in a drain on one balancer; entries of other protocols
     count as ESTABLISHED ones do there; persistence templates (no client
-    port) and the kernel's entries for ICMP errors (state NONE) not at all."""
+    port), the kernel's entries for ICMP errors (state NONE) and entries of
+    services the file does not declare (another cluster's, a hand-made one
+    that holds the worker's address) not at all."""
     entries = {}  # connection: [(balancer, entry, seconds since its last packet)]
     for node, table in tables.items():
         timeouts = table.get("timeouts") or {}
         for entry in table["connections"]:
-            if entry["client_port"] == 0 or entry["state"] == "NONE":
+            if entry["client_port"] == 0 or entry["state"] == "NONE" or entry["service"] is None:
                 continue
             key = (entry["protocol"], entry["client"], entry["client_port"], entry["vip"],
                    entry["port"])
@@ -92,19 +97,24 @@ def _keeps_busy(entry):
 
 
 def undone_drains(tables):
-    """["WEIGHT on BALANCER"] where the worker has a weight above 0 again."""
+    """["WEIGHT on BALANCER"] where the worker has a weight above 0 again in
+    a service of the file (one it does not declare was never drained)."""
     return [f"{server['weight']} on {node}" for node, table in tables.items()
-            for server in table.get("real_servers", ()) if server["weight"] > 0]
+            for server in table["real_servers"]
+            if server["service"] is not None and server["weight"] > 0]
 
 
 def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, out,
                      ask=None, clock=time.monotonic, sleep=time.sleep):
     """Until `worker` has no live connection on any balancer; True if that
     came within `timeout` seconds."""
-    ask = ask or (lambda: _tables(cluster, balancers, worker, service, ssh_config))
+    started, shown = clock(), None
+    # A balancer that hangs (ssh, a stalled node) must not hold a poll past
+    # the wait's own end; one answer may take a few seconds, though.
+    ask = ask or (lambda: _tables(cluster, balancers, worker, service, ssh_config,
+                                  max(10.0, timeout - (clock() - started))))
     names = ", ".join(t.node for t in balancers)
     back = f"`lbctl undrain {worker} FILE --all` puts it back"
-    started, shown = clock(), None
     while True:
         tables, silent = ask()
         waited = clock() - started
@@ -143,19 +153,22 @@ def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, o
         sleep(POLL)
 
 
-def _tables(cluster, balancers, worker, service, ssh_config):
-    """({balancer: its status --connections --json}, [balancers that gave none])."""
+def _tables(cluster, balancers, worker, service, ssh_config, timeout):
+    """({balancer: its status --connections --json}, [balancers that gave none
+    within `timeout` seconds])."""
     flags = ["--worker", worker] + (["--service", service] if service else [])
     outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node,
                                                  "--connections", "--json", *flags],
-                           cluster.text, ssh_config)
+                           cluster.text, ssh_config, timeout=timeout)
     tables, silent = {}, []
     for node, outcome in outcomes.items():
         try:
             table = json.loads(outcome.stdout) if outcome.returncode == 0 else None
         except ValueError:
             table = None
-        if isinstance(table, dict) and isinstance(table.get("connections"), list):
+        # Without root a balancer leaves out the weights: no answer either.
+        if isinstance(table, dict) and isinstance(table.get("connections"), list) and \
+                isinstance(table.get("real_servers"), list):
             tables[node] = table
         else:
             silent.append(node)
