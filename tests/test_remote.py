@@ -3,6 +3,7 @@
 import json
 import os
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -310,6 +311,23 @@ def test_drain_all_asks_every_balancer_first_and_changes_none_when_one_refuses(m
     asked.clear()
     assert cluster_drain.run(SimpleNamespace(**{**vars(args), "force": True}), io.StringIO()) == 0
     assert [a[-1] for _, a in asked] == ["--force", "--force"]
+
+
+def test_in_mode_ecmp_drain_all_wait_refuses_to_leave_a_balancer_out(monkeypatch, capsys):
+    # lb2 and lb3 would still send pi1 their share of new connections while
+    # the wait on lb1 alone called it idle.
+    from lbctl.cli import main
+    from lbctl.commands import cluster_drain
+
+    def no_ssh(*args, **kwargs):
+        raise AssertionError("a node was asked")
+    monkeypatch.setattr(cluster_drain, "run_on_each", no_ssh)
+    monkeypatch.setattr(cluster_drain, "run_on", no_ssh)
+    ecmp = str(Path(__file__).resolve().parent.parent / "examples" / "pi-ecmp.yaml")
+    assert main(["drain", "pi1", ecmp, "--all", "--node", "lb1", "--wait"]) == 64
+    assert capsys.readouterr().err == (
+        "lbctl: in mode ecmp every balancer sends pi1 connections: --wait needs them all, "
+        "and --node leaves out lb2, lb3\n")
 
 
 def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(monkeypatch,

@@ -19,6 +19,12 @@ def run(args, out):
     balancers = [t for t in select(cluster, args.node) if t.role == "balancer"]
     if not balancers:
         raise UsageError(f"{args.command} acts on balancers, and --node names none")
+    left_out = sorted(set(cluster.balancers) - {t.node for t in balancers})
+    if cluster.mode == Mode.ECMP and left_out and args.command == "drain" and args.wait:
+        # Each balancer carries its share of the connections: idle on some
+        # says nothing while the others still send the worker new ones.
+        raise UsageError(f"in mode ecmp every balancer sends {args.worker} connections: "
+                         f"--wait needs them all, and --node leaves out {', '.join(left_out)}")
     force = getattr(args, "force", False)
     if args.command == "drain" and not force and not _accepted_everywhere(
             cluster, balancers, args.worker, args.service, args.ssh_config, out):
@@ -26,7 +32,6 @@ def run(args, out):
     if not on_balancers(cluster, balancers, args.command, args.worker, args.service,
                         args.ssh_config, out, force):
         return 1
-    left_out = sorted(set(cluster.balancers) - {t.node for t in balancers})
     if left_out and args.command == "drain":
         out.write(f"not drained on {', '.join(left_out)}: if it carries the traffic, it still "
                   f"sends {args.worker} new connections\n")
