@@ -248,6 +248,9 @@ COMMANDS = {"validate": "validate", "plan": "plan", "apply": "apply", "status": 
             "completion": "completion", "manpage": "completion", "install": "install",
             "uninstall": "install"}
 
+# Commands that change nothing: a reader that goes may end them quietly.
+READ_ONLY = {"validate", "plan", "status", "doctor", "completion", "manpage"}
+
 
 def _check_arguments(parser, args):
     if args.command in ("install", "uninstall") and not args.all:
@@ -380,7 +383,9 @@ def main(argv=None):
         name = f"cluster_{name}"
     module = importlib.import_module(f"lbctl.commands.{name}")
     try:
-        return module.run(args, sys.stdout)
+        code = module.run(args, sys.stdout)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
     except ConfigError as exc:
         for diag in exc.diagnostics:
             print(diag.format(), file=sys.stderr)
@@ -391,10 +396,18 @@ def main(argv=None):
         print(f"lbctl: {exc}", file=sys.stderr)
         return exc.exit_code
     except BrokenPipeError:
-        # The reader went (`lbctl status --watch | head`): end without a word,
-        # as a shell tool does, and with its status.  What is still buffered
-        # goes nowhere, so the flush at exit finds no closed pipe either.
+        # The reader went (`lbctl status --watch | head`): end with a shell
+        # tool's status, and without a word where nothing was changed.  What
+        # is still buffered goes nowhere, so the flush at exit finds no
+        # closed pipe either.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if args.command not in READ_ONLY:
+            try:
+                print(f"lbctl: {args.command}: stopped part-way, as its output's reader went "
+                      "away (broken pipe): `lbctl status` shows what it changed",
+                      file=sys.stderr)
+            except OSError:  # stderr went into the same pipe
+                pass
         return EXIT_BROKEN_PIPE
     except OSError as exc:
         if debug:

@@ -1,5 +1,6 @@
 """The command line as a user meets it: exit codes, messages, and a light start-up."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,33 @@ def test_a_reader_that_goes_ends_lbctl_quietly_as_it_would_a_shell_tool(tmp_path
     watch.stdout.close()
     assert watch.wait(timeout=30) == 141
     assert watch.stderr.read() == ""
+
+
+def test_output_left_in_the_buffer_for_a_reader_that_went_ends_quietly_too():
+    # `lbctl validate FILE | true`: the reader is gone before lbctl writes,
+    # and what lbctl wrote waits in its buffer until the end.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    validate = subprocess.Popen([sys.executable, "-m", "lbctl", "validate", str(EXAMPLE)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+    validate.stdout.close()
+    assert validate.wait(timeout=30) == 141
+    assert validate.stderr.read() == ""
+
+
+def test_a_command_that_changes_things_says_a_reader_that_went_stopped_it():
+    # `lbctl rollout ... | grep -m1 pi2` stops the rollout where it was, a
+    # worker maybe drained: that must not pass without a word.
+    code = ("import sys; from lbctl.commands import cluster_drain\n"
+            "def run(args, out):\n    out.write('lb1 drained pi1\\n' * 20000)\n    return 0\n"
+            "cluster_drain.run = run\nfrom lbctl.cli import main\nsys.exit(main(sys.argv[1:]))")
+    drain = subprocess.Popen([sys.executable, "-c", code, "drain", "pi1", str(EXAMPLE), "--all"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    drain.stdout.close()
+    assert drain.wait(timeout=30) == 141
+    assert drain.stderr.read() == (
+        "lbctl: drain: stopped part-way, as its output's reader went away (broken pipe): "
+        "`lbctl status` shows what it changed\n")
 
 
 def test_the_wheel_lists_every_package_of_lbctl():
