@@ -33,7 +33,9 @@ from test_cluster_ssh import fleet, order_of  # noqa: F401  (fleet: sshd in this
 
 LAN_VIP = "192.168.100.10"
 ROUTED_VIP = "10.200.0.10"
+OTHER_ROUTED_VIP = "10.200.0.11"
 WORKERS = {"pi1": "192.168.100.3", "pi2": "192.168.100.4", "pi3": "192.168.100.6"}
+WORKERS_BY_ADDRESS = {address: name for name, address in WORKERS.items()}
 BALANCERS = {"lb1": "192.168.100.2", "lb2": "192.168.100.5"}
 # Two chances: a stall of the emulated lab's CPUs past one 500 ms check
 # fails every worker's at once.  With one chance the balancer has no real
@@ -378,16 +380,17 @@ def test_an_ecmp_bgp_change_rolled_out_keeps_a_route_at_the_router(lab, fleet):
 
 
 @contextlib.contextmanager
-def ecmp_applied(lab, fleet, name):
-    """ECMP applied by apply --all, offered by both balancers and served by
-    every worker; removed from every node after."""
-    path = write_cluster(lab.files / f"{name}.yaml", ECMP)
+def ecmp_applied(lab, fleet, name, spec=ECMP):
+    """`spec` (mode ecmp) applied by apply --all, each VIP offered by both
+    balancers and served by every worker; removed from every node after."""
+    path = write_cluster(lab.files / f"{name}.yaml", spec)
     try:
         done = fleet.lbctl_all("apply", str(path))
         assert done.returncode == 0, done.stdout + done.stderr
-        lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
-        lab.wait_for(lambda: served_by(lab, ROUTED_VIP) == {f"served by {w}" for w in WORKERS},
-                     timeout=30, what="every worker serving")
+        for vip in sorted({svc["vip"] for svc in spec["services"].values()}):
+            lab.wait_for_next_hops(vip, ["lb1", "lb2"])
+            lab.wait_for(lambda: served_by(lab, vip) == {f"served by {w}" for w in WORKERS},
+                         timeout=30, what=f"every worker serving {vip}")
         yield path
     finally:
         done = fleet.lbctl_all("apply", str(path), "--remove")
@@ -395,34 +398,61 @@ def ecmp_applied(lab, fleet, name):
             take_everything_away(lab, fleet, path, ["lb1", "lb2"])
 
 
+# A second service, with connections that go on through the balancer the
+# router moved them to: the wait must count them.
+ECMP_TWO_SERVICES = copy.deepcopy(ECMP)
+ECMP_TWO_SERVICES["services"]["api"] = {**ECMP["services"]["web"], "vip": OTHER_ROUTED_VIP}
+
+
 def test_in_mode_ecmp_a_drain_waits_for_connections_not_the_entries_a_moved_flow_left(
         lab, fleet):
     """A flow the router moves to another balancer leaves its entry on the
     one it left, ESTABLISHED for IPVS's 15 minutes, while the connection ends
     through the other.  drain --all --wait (and rollout) count each
-    connection once, where it was seen last: the worker is idle at once."""
-    with ecmp_applied(lab, fleet, "ecmp-moved") as path:
+    connection once, where it was seen last: the worker is idle at once.
+    A moved connection that goes on through the other balancer still
+    counts, there."""
+    with ecmp_applied(lab, fleet, "ecmp-moved", ECMP_TWO_SERVICES) as path:
         # Requests begun and left waiting, half of them through lb1 by the
-        # router's hash.
-        go = lab.files / "finish-the-requests"
+        # router's hash: to web, to be finished; to api, to be kept open.
+        go, end = lab.files / "finish-the-requests", lab.files / "end-the-kept-ones"
         holder = lab.spawn("client", [sys.executable, "-c", FINISH_LATER, ROUTED_VIP, "80",
                                       "16", str(go)])
-        lab.wait_for(lambda: established_on(lab, "lb1"), timeout=10,
+        keeper = lab.spawn("client", [sys.executable, "-c", FINISH_LATER, OTHER_ROUTED_VIP,
+                                      "80", "16", str(go), str(end)])
+        lab.wait_for(lambda: established_on(lab, "lb1") and
+                     established_on(lab, "lb1", OTHER_ROUTED_VIP), timeout=10,
                      what="connections through lb1")
         # lb1 leaves: its flows go to lb2, which takes them up as their
-        # requests end, and sees them close.
+        # requests go on (the kept ones) or end, and sees them close.
         drained = lab.lbctl("lb1", "drain-balancer", "lb1", "--timeout", "60", timeout=120)
         assert drained.returncode == 0, drained.stdout + drained.stderr
         lab.wait_for_next_hops(ROUTED_VIP, ["lb2"])
+        moved = established_on(lab, "lb1", OTHER_ROUTED_VIP)
         go.touch()
         assert holder.wait(timeout=60) == 0
+        lab.wait_for(lambda: len(established_on(lab, "lb2", OTHER_ROUTED_VIP)) == 16,
+                     timeout=10, what="lb2 taking up the kept connections lb1 had")
+        # A worker of kept connections that lb1 still lists too: each counts
+        # once, on lb2, where it was seen last.
+        busy = WORKERS_BY_ADDRESS[moved[0]]
+        kept = established_on(lab, "lb2", OTHER_ROUTED_VIP).count(WORKERS[busy])
+        waited = fleet.lbctl_all("drain", busy, str(path), "--service", "api", "--wait",
+                                 "--timeout", "4")
+        assert waited.returncode == 1, waited.stdout + waited.stderr
+        assert f"{busy} still has {kept} connection(s) after 4s ({kept} on lb2)" in \
+            waited.stdout, waited.stdout
+        end.touch()
+        assert keeper.wait(timeout=60) == 0
+        done = fleet.lbctl_all("undrain", busy, str(path), "--service", "api")
+        assert done.returncode == 0, done.stdout + done.stderr
         undrained = lab.lbctl("lb1", "undrain-balancer", "lb1", timeout=120)
         assert undrained.returncode == 0, undrained.stdout + undrained.stderr
         lab.wait_for_next_hops(ROUTED_VIP, ["lb1", "lb2"])
         # What lb1 still holds: entries of connections that ended elsewhere.
         left = established_on(lab, "lb1")
         assert left, "no entry left on lb1: the test proves nothing"
-        worker = next(w for w, a in WORKERS.items() if a == left[0])
+        worker = WORKERS_BY_ADDRESS[left[0]]
         waited = fleet.lbctl_all("drain", worker, str(path), "--wait", "--timeout", "60")
         assert waited.returncode == 0, waited.stdout + waited.stderr
         assert re.search(rf"^{worker} is idle on lb1, lb2 after \d+s\n  lb1 still lists \d+ "
@@ -434,14 +464,21 @@ def test_in_mode_ecmp_a_drain_waits_for_connections_not_the_entries_a_moved_flow
 
 
 # Opens connections, sends each the start of a request, then (once the
-# file argv[4] exists) the rest, and reads each answer to its end.
+# file argv[4] exists) the rest, and reads each answer to its end.  With a
+# second file, argv[5], it sends one more header line at the first file and
+# the rest only at the second.
 FINISH_LATER = """\
 import os, socket, sys, time
-vip, port, count, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+vip, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 held = [socket.create_connection((vip, port), timeout=60) for _ in range(count)]
 for s in held:
     s.sendall(b"GET / HTTP/1.0\\r\\n")
-while not os.path.exists(go):
+for go in sys.argv[4:-1]:
+    while not os.path.exists(go):
+        time.sleep(0.1)
+    for s in held:
+        s.sendall(b"X-Kept: on\\r\\n")
+while not os.path.exists(sys.argv[-1]):
     time.sleep(0.1)
 for s in held:
     s.sendall(b"\\r\\n")
@@ -451,10 +488,10 @@ for s in held:
 """
 
 
-def established_on(lab, node):
-    """The worker addresses of `node`'s ESTABLISHED entries to the routed VIP."""
+def established_on(lab, node, vip=ROUTED_VIP):
+    """The worker addresses of `node`'s ESTABLISHED entries to `vip`:80."""
     return [str(IPv4Address(int(fields[5], 16)))
-            for fields in lab.service_entries(node, ROUTED_VIP, 80) if fields[7] == "ESTABLISHED"]
+            for fields in lab.service_entries(node, vip, 80) if fields[7] == "ESTABLISHED"]
 
 
 def held_on(lab, node, ifname):
