@@ -249,7 +249,7 @@ COMMANDS = {"validate": "validate", "plan": "plan", "apply": "apply", "status": 
             "uninstall": "install"}
 
 # Commands that change nothing: a reader that goes may end them quietly.
-READ_ONLY = {"validate", "plan", "status", "doctor", "completion", "manpage"}
+READ_ONLY = {"validate", "plan", "status", "doctor", "completion", "manpage", "exporter"}
 
 
 def _check_arguments(parser, args):
@@ -382,10 +382,22 @@ def main(argv=None):
     if getattr(args, "all", False):
         name = f"cluster_{name}"
     module = importlib.import_module(f"lbctl.commands.{name}")
+    code = _run(module, args, debug)
     try:
-        code = module.run(args, sys.stdout)
-        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
-        return code
+        # Here, where a closed pipe is caught, not at exit: what a command
+        # wrote waits in the buffer until now when stdout is a pipe.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _to_nowhere()
+        # The command ran to its end; only its output was lost.
+        return EXIT_BROKEN_PIPE if args.command in READ_ONLY else code
+    return code
+
+
+def _run(module, args, debug):
+    """The command's exit status, its errors said on stderr."""
+    try:
+        return module.run(args, sys.stdout)
     except ConfigError as exc:
         for diag in exc.diagnostics:
             print(diag.format(), file=sys.stderr)
@@ -397,15 +409,12 @@ def main(argv=None):
         return exc.exit_code
     except BrokenPipeError:
         # The reader went (`lbctl status --watch | head`): end with a shell
-        # tool's status, and without a word where nothing was changed.  What
-        # is still buffered goes nowhere, so the flush at exit finds no
-        # closed pipe either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # tool's status, and without a word where nothing was changed.
+        _to_nowhere()
         if args.command not in READ_ONLY:
             try:
                 print(f"lbctl: {args.command}: stopped part-way, as its output's reader went "
-                      "away (broken pipe): `lbctl status` shows what it changed",
-                      file=sys.stderr)
+                      f"away (broken pipe){_where_to_look(args)}", file=sys.stderr)
             except OSError:  # stderr went into the same pipe
                 pass
         return EXIT_BROKEN_PIPE
@@ -416,6 +425,20 @@ def main(argv=None):
         return 1
     except KeyboardInterrupt:
         return 130
+
+
+def _to_nowhere():
+    """stdout to /dev/null: what is still buffered goes nowhere, so the
+    flush at exit finds no closed pipe."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _where_to_look(args):
+    if args.command == "lab":
+        return ""  # the lab takes down what it built as it ends
+    if getattr(args, "all", False) or args.command == "rollout":
+        return f": `lbctl status {args.file} --all` shows where the cluster stands"
+    return ": `lbctl status` shows where this node stands"
 
 
 if __name__ == "__main__":

@@ -121,19 +121,32 @@ def test_output_left_in_the_buffer_for_a_reader_that_went_ends_quietly_too():
     assert validate.stderr.read() == ""
 
 
+def drain_all_writing(body):
+    """`lbctl drain pi1 EXAMPLE --all` whose run() is `body` (code, with
+    `out`), its stdout a pipe whose reader has gone: (exit status, stderr)."""
+    code = ("import sys; from lbctl.commands import cluster_drain; from lbctl.errors import *\n"
+            f"def run(args, out):\n    {body}\n"
+            "cluster_drain.run = run\nfrom lbctl.cli import main\nsys.exit(main(sys.argv[1:]))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    drain = subprocess.Popen([sys.executable, "-c", code, "drain", "pi1", str(EXAMPLE), "--all"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    drain.stdout.close()
+    return drain.wait(timeout=30), drain.stderr.read()
+
+
 def test_a_command_that_changes_things_says_a_reader_that_went_stopped_it():
     # `lbctl rollout ... | grep -m1 pi2` stops the rollout where it was, a
     # worker maybe drained: that must not pass without a word.
-    code = ("import sys; from lbctl.commands import cluster_drain\n"
-            "def run(args, out):\n    out.write('lb1 drained pi1\\n' * 20000)\n    return 0\n"
-            "cluster_drain.run = run\nfrom lbctl.cli import main\nsys.exit(main(sys.argv[1:]))")
-    drain = subprocess.Popen([sys.executable, "-c", code, "drain", "pi1", str(EXAMPLE), "--all"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    drain.stdout.close()
-    assert drain.wait(timeout=30) == 141
-    assert drain.stderr.read() == (
-        "lbctl: drain: stopped part-way, as its output's reader went away (broken pipe): "
-        "`lbctl status` shows what it changed\n")
+    assert drain_all_writing("out.write('lb1 drained pi1\\n' * 20000); return 0") == (
+        141, "lbctl: drain: stopped part-way, as its output's reader went away (broken pipe): "
+             f"`lbctl status {EXAMPLE} --all` shows where the cluster stands\n")
+
+
+def test_a_command_that_ran_to_its_end_keeps_its_status_when_only_its_output_was_lost():
+    # Its few lines waited in the buffer until the end, when the reader had gone.
+    assert drain_all_writing("out.write('lb1 drained pi1\\n'); return 0") == (0, "")
+    assert drain_all_writing("out.write('lb1 drained pi1\\n'); raise NodeError('lb2 refused')") \
+        == (1, "lbctl: lb2 refused\n")
 
 
 def test_the_wheel_lists_every_package_of_lbctl():
