@@ -39,7 +39,8 @@ def test_json_names_every_entry_and_counts_states_per_service_and_worker(tmp_pat
     report = listed(tmp_path)
     first = report["connections"][0]
     assert first == {"protocol": "tcp", "client": "192.168.100.20", "client_port": 40000,
-                     "vip": "192.168.100.10", "port": 80, "service": "web", "worker": "pi1",
+                     "vip": "192.168.100.10", "port": 80, "service": "web",
+                     "cluster": "pi-web", "worker": "pi1",
                      "worker_address": "192.168.100.3", "worker_port": 80,
                      "state": "ESTABLISHED", "expires": 899, "template": False}
     assert len(report["connections"]) == 6
@@ -47,6 +48,7 @@ def test_json_names_every_entry_and_counts_states_per_service_and_worker(tmp_pat
     assert template["template"] and template["client_port"] == 0 and template["worker"] == "pi2"
     # A service the file does not name (another VIP) keeps its addresses, without a name.
     assert report["connections"][5]["service"] is None
+    assert report["connections"][5]["cluster"] is None
     summary = {(s["service"], s["worker"]): s["states"] for s in report["summary"]}
     assert summary[("web", "pi2")] == {"TIME_WAIT": 1, "persistence": 1}
     assert summary[("dns", "pi1")] == {"UDP": 1}
@@ -115,7 +117,8 @@ def test_json_ends_with_the_kernels_timeouts_and_the_weights_of_the_real_servers
     report = json.loads(out.getvalue())
     assert report["timeouts"] == {"tcp": 900, "tcp_fin": 600, "udp": 300}
     # pi1's real server alone, drained: a reader can tell a drain was undone.
-    assert report["real_servers"] == [{"service": "web", "vip": "192.168.100.10", "port": 80,
+    assert report["real_servers"] == [{"service": "web", "cluster": "pi-web",
+                                       "vip": "192.168.100.10", "port": 80,
                                        "worker": "pi1", "worker_address": "192.168.100.3",
                                        "worker_port": 80, "weight": 0}]
     assert len(report["connections"]) == 3  # pi1's, as before

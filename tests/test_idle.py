@@ -14,15 +14,16 @@ KERNEL = {"tcp": 900, "tcp_fin": 120, "udp": 300}
 def entry(state, expires, client_port=40000, protocol="tcp"):
     """One row of `status --connections --json`, a client's connection to pi2."""
     return {"protocol": protocol, "client": "10.0.0.9", "client_port": client_port,
-            "vip": "10.200.0.10", "port": 80, "service": "web", "worker": "pi2",
-            "worker_address": "192.168.100.4", "worker_port": 80, "state": state,
+            "vip": "10.200.0.10", "port": 80, "service": "web", "cluster": "pi-web",
+            "worker": "pi2", "worker_address": "192.168.100.4", "worker_port": 80, "state": state,
             "expires": expires, "template": client_port == 0}
 
 
 def table(*entries, timeouts=KERNEL, weight=0):
     """A balancer's answer: its entries, its kernel's timeouts, pi2's weight."""
     return {"connections": list(entries), "summary": [], "timeouts": timeouts,
-            "real_servers": [{"service": "web", "worker": "pi2", "weight": weight}]}
+            "real_servers": [{"service": "web", "cluster": "pi-web", "worker": "pi2",
+                              "weight": weight}]}
 
 
 def live(**tables):
@@ -90,7 +91,7 @@ def test_different_connections_of_one_client_are_each_counted():
                     lb2=table(entry("ESTABLISHED", 899, client_port=2)))[0]) == 2
 
 
-CLUSTER = SimpleNamespace(ipvs_timeouts={})
+CLUSTER = SimpleNamespace(name="pi-web")
 BALANCERS = [SimpleNamespace(node="lb1"), SimpleNamespace(node="lb2")]
 
 
@@ -138,15 +139,18 @@ def test_at_the_timeout_the_connections_left_are_named_by_balancer():
                "(`lbctl undrain pi2 FILE --all` puts it back)\n")
 
 
-def test_a_service_the_file_does_not_declare_neither_counts_nor_undoes_the_drain():
-    # Another cluster's service on the same balancer sends pi2's address
-    # traffic at weight 1: without --service the balancer reports it too.
-    foreign = dict(entry("ESTABLISHED", 899, client_port=7), service=None, worker=None)
-    lb1 = table(foreign)
-    lb1["real_servers"].append({"service": None, "worker": None, "weight": 1})
-    assert live(lb1=lb1, lb2=table()) == ([], {})
+def test_services_of_no_cluster_or_of_another_neither_count_nor_undo_the_drain():
+    # A hand-made service and another cluster's both send pi2's address new
+    # connections: without --service the balancer reports them too.
+    hand_made = dict(entry("ESTABLISHED", 899, client_port=7), service=None, cluster=None)
+    other = dict(entry("ESTABLISHED", 899, client_port=8), service="web", cluster="pi-api")
+    lb1 = table(hand_made, other)
+    lb1["real_servers"] += [{"service": None, "cluster": None, "worker": None, "weight": 1},
+                            {"service": "web", "cluster": "pi-api", "worker": "pi2", "weight": 1}]
     assert waited([({"lb1": lb1, "lb2": table()}, [])]) == (
-        True, "pi2 is idle on lb1, lb2 after 0s\n")
+        True, "pi2 is idle on lb1, lb2 after 0s\n"
+              "  pi2 also has connections to services outside cluster pi-web (2 on lb1), which "
+              "this drain does not stop\n")
 
 
 def test_a_balancer_that_leaves_out_the_weights_is_no_answer(monkeypatch):
@@ -160,6 +164,8 @@ def test_a_balancer_that_leaves_out_the_weights_is_no_answer(monkeypatch):
 
     def run_on_each(targets, args_for, text, ssh_config, timeout):
         asked["timeout"] = timeout
+        # Named from the copy each balancer applied, not from the file given.
+        asked["args"] = args_for(targets[0])
         return {t.node: SimpleNamespace(returncode=0, stdout=with_root if t.node == "lb1"
                                         else without_root) for t in targets}
     monkeypatch.setattr(idle, "run_on_each", run_on_each)
@@ -167,3 +173,4 @@ def test_a_balancer_that_leaves_out_the_weights_is_no_answer(monkeypatch):
     assert idle._tables(cluster, BALANCERS, "pi2", None, None, 12.0) == (
         {"lb1": json.loads(with_root)}, ["lb2"])
     assert asked["timeout"] == 12.0
+    assert asked["args"] == ["status", "--connections", "--json", "--worker", "pi2"]

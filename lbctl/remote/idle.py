@@ -13,9 +13,9 @@ That covers a connection whose end another balancer still holds: for
 tcp_fin (2 minutes by default) after the client's FIN, 10 s (CLOSE) after
 a reset.  Past that, or where the reset was the first packet of it the
 other balancer saw (IPVS makes no entry for one), the entry left behind
-cannot be told from a quiet connection, and it counts.  Entries of services
-the file does not declare are left out: a wait without --service gets
-every service that holds the worker's address.
+cannot be told from a quiet connection, and it counts.  Only the cluster's
+own services count (a wait without --service gets every service that
+holds the worker's address); the others' connections are named apart.
 """
 
 import json
@@ -27,6 +27,7 @@ from lbctl.remote.blocks import progress
 from lbctl.remote.ssh import run_on_each
 
 POLL = 2.0  # seconds between asking the balancers
+POLL_LIMIT = 60.0  # the longest one answer may take: past it, that balancer is silent
 
 # Seconds an entry outlives its last packet, by state: the kernel's own
 # (net/netfilter/ipvs/ip_vs_proto_tcp.c), but for the three `ipvsadm --set`
@@ -62,14 +63,12 @@ def live_connections(tables):
     on any balancer, saw a packet after it did.  UDP flows count for their
     whole life, as in a drain on one balancer; entries of other protocols
     count as ESTABLISHED ones do there; persistence templates (no client
-    port), the kernel's entries for ICMP errors (state NONE) and entries of
-    services the file does not declare (another cluster's, a hand-made one
-    that holds the worker's address) not at all."""
+    port) and the kernel's entries for ICMP errors (state NONE) not at all."""
     entries = {}  # connection: [(balancer, entry, seconds since its last packet)]
     for node, table in tables.items():
         timeouts = table.get("timeouts") or {}
         for entry in table["connections"]:
-            if entry["client_port"] == 0 or entry["state"] == "NONE" or entry["service"] is None:
+            if entry["client_port"] == 0 or entry["state"] == "NONE":
                 continue
             key = (entry["protocol"], entry["client"], entry["client_port"], entry["vip"],
                    entry["port"])
@@ -96,12 +95,29 @@ def _keeps_busy(entry):
     return protocol == "udp" or state == "ESTABLISHED" or (protocol == "tcp" and state in OPEN)
 
 
+def of_cluster(tables, name):
+    """(`tables` with only the entries and real servers of cluster `name`'s
+    services, {balancer: how many of the others' entries keep the worker
+    busy}).  The others (another cluster's services on the same balancers,
+    a hand-made one that holds the worker's address) were not drained: their
+    weights say nothing of the drain, and their connections go on."""
+    ours, others = {}, Counter()
+    for node, table in tables.items():
+        ours[node] = {**table, "real_servers": [s for s in table["real_servers"]
+                                                if s["cluster"] == name]}
+        ours[node]["connections"] = []
+        for entry in table["connections"]:
+            if entry["cluster"] == name:
+                ours[node]["connections"].append(entry)
+            elif entry["client_port"] != 0 and _keeps_busy(entry):
+                others[node] += 1
+    return ours, +others
+
+
 def undone_drains(tables):
-    """["WEIGHT on BALANCER"] where the worker has a weight above 0 again in
-    a service of the file (one it does not declare was never drained)."""
+    """["WEIGHT on BALANCER"] where the worker has a weight above 0 again."""
     return [f"{server['weight']} on {node}" for node, table in tables.items()
-            for server in table["real_servers"]
-            if server["service"] is not None and server["weight"] > 0]
+            for server in table["real_servers"] if server["weight"] > 0]
 
 
 def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, out,
@@ -112,11 +128,12 @@ def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, o
     # A balancer that hangs (ssh, a stalled node) must not hold a poll past
     # the wait's own end; one answer may take a few seconds, though.
     ask = ask or (lambda: _tables(cluster, balancers, worker, service, ssh_config,
-                                  max(10.0, timeout - (clock() - started))))
+                                  min(POLL_LIMIT, max(10.0, timeout - (clock() - started)))))
     names = ", ".join(t.node for t in balancers)
     back = f"`lbctl undrain {worker} FILE --all` puts it back"
     while True:
         tables, silent = ask()
+        tables, others = of_cluster(tables, cluster.name)
         waited = clock() - started
         undone = undone_drains(tables)
         if undone:
@@ -132,6 +149,7 @@ def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, o
                           f"{'y' if count == 1 else 'ies'} of connections that closed through "
                           "another balancer: ipvsadm and status count them as active until "
                           "IPVS's tcp timeout\n")
+            _say_others(out, worker, cluster.name, others)
             out.flush()
             return True
         where = Counter(node for node, _ in live)
@@ -143,6 +161,7 @@ def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, o
             else:
                 out.write(f"{worker} still has {len(live)} connection(s) after {timeout:g}s "
                           f"({now}); it stays drained ({back})\n")
+            _say_others(out, worker, cluster.name, others)
             out.flush()
             return False
         said = f"{len(live)} connection(s)" + (f" ({now})" if now else "") + (
@@ -153,13 +172,20 @@ def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, o
         sleep(POLL)
 
 
+def _say_others(out, worker, name, others):
+    if others:
+        where = ", ".join(f"{n} on {node}" for node, n in sorted(others.items()))
+        out.write(f"  {worker} also has connections to services outside cluster {name} "
+                  f"({where}), which this drain does not stop\n")
+
+
 def _tables(cluster, balancers, worker, service, ssh_config, timeout):
     """({balancer: its status --connections --json}, [balancers that gave none
-    within `timeout` seconds])."""
+    within `timeout` seconds]).  Named from the copies the balancers applied,
+    as the drain there was made: a file edited since names another service."""
     flags = ["--worker", worker] + (["--service", service] if service else [])
-    outcomes = run_on_each(balancers, lambda t: ["status", "-", "--node", t.node,
-                                                 "--connections", "--json", *flags],
-                           cluster.text, ssh_config, timeout=timeout)
+    outcomes = run_on_each(balancers, lambda t: ["status", "--connections", "--json", *flags],
+                           "", ssh_config, timeout=timeout)
     tables, silent = {}, []
     for node, outcome in outcomes.items():
         try:

@@ -37,15 +37,17 @@ class Names:
 
     services: dict  # {("TCP", "C0A8640A", "0050"): "web"}
     workers: dict  # {"C0A86403": "pi1"}
+    clusters: dict  # {("TCP", "C0A8640A", "0050"): "pi-web"}, whose service it is
 
     @classmethod
     def of(cls, clusters):
-        services, workers = {}, {}
+        services, workers, owners = {}, {}, {}
         for cluster in clusters:
             for name, svc in cluster.services.items():
                 services[_kernel_key(svc)] = name
+                owners[_kernel_key(svc)] = cluster.name
             workers.update({_hex(w.address): name for name, w in cluster.workers.items()})
-        return cls(services, workers)
+        return cls(services, workers, owners)
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ def as_dict(entry, names):
             "client": _ip(caddr), "client_port": int(cport, 16),
             "vip": _ip(vaddr), "port": int(vport, 16),
             "service": names.services.get((proto, vaddr, vport)),
+            "cluster": names.clusters.get((proto, vaddr, vport)),
             "worker": names.workers.get(daddr),
             "worker_address": _ip(daddr), "worker_port": int(dport, 16),
             "state": state, "expires": int(expires), "template": is_template(state, cport)}
@@ -262,6 +265,7 @@ def kernel_settings(ipvs, wanted, names):
             daddr = _hex(d.address)
             if wanted.wants_real_server(*key, daddr):
                 servers.append({"service": names.services.get(key),
+                                "cluster": names.clusters.get(key),
                                 "vip": str(svc.key.vip), "port": svc.key.port,
                                 "worker": names.workers.get(daddr),
                                 "worker_address": str(d.address), "worker_port": d.port,
