@@ -141,7 +141,8 @@ def build_parser():
                            "connection whose client vanished)")
             p.add_argument("--force", action="store_true",
                            help="drain even if it leaves a service with no worker taking "
-                           "connections")
+                           "connections; in mode ecmp, --all --node --wait waits on the "
+                           "balancers named alone")
             p.add_argument("--check", action="store_true",
                            help="only say whether this balancer would accept the drain; "
                            "change nothing (drain --all asks every balancer first)")

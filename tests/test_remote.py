@@ -326,8 +326,9 @@ def test_in_mode_ecmp_drain_all_wait_refuses_to_leave_a_balancer_out(monkeypatch
     ecmp = str(Path(__file__).resolve().parent.parent / "examples" / "pi-ecmp.yaml")
     assert main(["drain", "pi1", ecmp, "--all", "--node", "lb1", "--wait"]) == 64
     assert capsys.readouterr().err == (
-        "lbctl: in mode ecmp every balancer sends pi1 connections: --wait needs them all, "
-        "and --node leaves out lb2, lb3\n")
+        "lbctl: in mode ecmp every balancer the router uses sends pi1 connections: --wait "
+        "needs them all, and --node leaves out lb2, lb3 (--force waits on those named alone, "
+        "for a balancer that is drained with drain-balancer or down)\n")
 
 
 def test_doctor_all_checks_every_node_asks_the_lan_from_one_balancer_and_merges(monkeypatch,

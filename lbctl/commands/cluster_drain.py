@@ -19,13 +19,16 @@ def run(args, out):
     balancers = [t for t in select(cluster, args.node) if t.role == "balancer"]
     if not balancers:
         raise UsageError(f"{args.command} acts on balancers, and --node names none")
+    force = getattr(args, "force", False)
     left_out = sorted(set(cluster.balancers) - {t.node for t in balancers})
-    if cluster.mode == Mode.ECMP and left_out and args.command == "drain" and args.wait:
+    if cluster.mode == Mode.ECMP and left_out and args.command == "drain" and args.wait \
+            and not force:
         # Each balancer carries its share of the connections: idle on some
         # says nothing while the others still send the worker new ones.
-        raise UsageError(f"in mode ecmp every balancer sends {args.worker} connections: "
-                         f"--wait needs them all, and --node leaves out {', '.join(left_out)}")
-    force = getattr(args, "force", False)
+        raise UsageError(f"in mode ecmp every balancer the router uses sends {args.worker} "
+                         f"connections: --wait needs them all, and --node leaves out "
+                         f"{', '.join(left_out)} (--force waits on those named alone, for a "
+                         "balancer that is drained with drain-balancer or down)")
     if args.command == "drain" and not force and not _accepted_everywhere(
             cluster, balancers, args.worker, args.service, args.ssh_config, out):
         return 1
