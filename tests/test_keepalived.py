@@ -676,6 +676,39 @@ def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must
     assert vips_the_reload_drops(node.context(HEALTHY.replace("weight: 2", "weight: 3"))) == set()
 
 
+def test_the_vips_keepalived_lets_go_of_wait_on_lo_until_this_balancer_holds_them():
+    # Between keepalived's reload and this balancer adding them (after its
+    # ARP Probes), the VIPs stay local: no new connection is refused.
+    from lbctl.commands.apply import _bridged, vips_the_reload_drops
+
+    checked_pair = PAIR.replace("scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
+    vips = [IPv4Address("192.168.100.10"), IPv4Address("192.168.100.11")]
+    node = Balancer()
+    node.apply(checked_pair)
+    entries = node.adapters.addresses.entries
+    entries.update((vip, 32, "eth0") for vip in vips)  # the master's keepalived holds them
+    alone = node.context(HEALTHY)
+    plan = _bridged(SimpleNamespace(**vars(alone), adapters=node.adapters),
+                    vips_the_reload_drops(alone))
+    on_lo = {(vip, 32, "lo") for vip in vips}
+    assert on_lo <= entries
+    # Recorded first: an apply stopped from here leaves them to the next one.
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
+    assert {"192.168.100.10/32 dev lo", "192.168.100.11/32 dev lo"} <= \
+        {str(a) for a in owned.addresses}
+    execute(plan, node.adapters)
+    entries.difference_update((vip, 32, "eth0") for vip in vips)  # keepalived let them go
+    after = node.plan(HEALTHY)
+    assert sorted((c.action, str(c.key)) for c in after.changes if c.kind == "address") == [
+        ("add", "192.168.100.10/32 dev eth0"), ("add", "192.168.100.11/32 dev eth0"),
+        ("remove", "192.168.100.10/32 dev lo"), ("remove", "192.168.100.11/32 dev lo")]
+    execute(after, node.adapters)
+    assert not on_lo & entries and {(vip, 32, "eth0") for vip in vips} <= entries
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
+    assert not [a for a in owned.addresses if a.ifname == "lo"]
+    assert node.plan(HEALTHY).empty
+
+
 def test_a_pair_become_one_stops_the_sync_daemons_keepalived_leaves_running():
     """keepalived's reload into a config without lvs_sync_daemon leaves the
     pair's daemons running; only the cluster's own (interface and syncid) go."""

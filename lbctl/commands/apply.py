@@ -55,7 +55,7 @@ def _apply(args, out, cluster, reached):
     changed = not ctx.plan.empty
     if changed:
         takeover = _peer_takeover_seconds(ctx.plan)
-        report = execute(ctx.plan, ctx.adapters)
+        report = execute(_bridged(ctx, released), ctx.adapters)
         if report.replan or released:
             # keepalived stopped and took its VIPs and services, or reloaded
             # without the pair's VRRP instance and took that instance's VIPs:
@@ -124,6 +124,34 @@ def vips_the_reload_drops(ctx):
     if conf is None or conf.old is None or "vrrp_instance" not in conf.old.content:
         return set()
     return set(ctx.desired.addresses) & ctx.observed.addresses
+
+
+def _bridged(ctx, released):
+    """The plan, and the VIPs keepalived is about to let go of held on lo
+    meanwhile: from keepalived's reload until this balancer has asked the
+    LAN (ARP Probes, for as long as a peer would take to take them over)
+    and added them to its interface, they stay local here, so IPVS goes on
+    taking their packets and the balancer answers ARP for them (balancers
+    keep arp_ignore=0).  They are in the ownership record first: the plan
+    after the reload removes them, and so does the next apply should this
+    one be stopped before."""
+    if not released:
+        return ctx.plan
+    from dataclasses import replace
+
+    from lbctl.records.ownership import write_ownership
+    from lbctl.state import Address
+
+    bridge = {Address(vip.ip, "lo") for vip in released}
+    plan = replace(ctx.plan, owned_before=replace(
+        ctx.plan.owned_before, addresses=ctx.plan.owned_before.addresses | bridge),
+        owned_after=replace(ctx.plan.owned_after,
+                            addresses=ctx.plan.owned_after.addresses | bridge))
+    write_ownership(ctx.adapters.files, ctx.adapters.ownership_dir, plan.cluster,
+                    plan.owned_before, plan.node)
+    for address in sorted(bridge - ctx.observed.addresses, key=lambda a: a.ip):
+        ctx.adapters.addresses.add(address)
+    return plan
 
 
 def _wait_until_released(vips, addresses, patience=15.0, clock=time.monotonic,
