@@ -229,6 +229,15 @@ class ClusterLab(Lab):
                         break
         return "\n".join(lines[-200:])
 
+    def split_by_a_move(self, capture, failed, balancers=("lb1", "lb2")):
+        """The `failed` load records whose handshake the VIP's move between
+        `balancers` cut in two, by the capture (lbctl.lab.capture)."""
+        from lbctl.lab.capture import split_by_a_move
+
+        with open(capture[1]) as fh:
+            return split_by_a_move(fh, failed, self.nodes["client"].address,
+                                   {self.mac(node) for node in balancers})
+
     def stop_load(self, load):
         """The load's records, (start, end, ok, body) each, once it has covered the test."""
         time.sleep(1)
