@@ -117,6 +117,7 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
         **s, "web": {**web, "health": {**web["health"], "timeout": "600ms"}}})
     lowered = steady_pair(balancers=lambda b: {**b, "lb1": {**b["lb1"], "priority": 50}})
     reweighted = steady_pair(workers=lambda w: {**w, "pi3": {**w["pi3"], "weight": 3}})
+    one_balancer = steady_pair(balancers=lambda b: {"lb1": b["lb1"]})
     windows = {}
 
     def add_pi4():
@@ -154,6 +155,43 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
         lab.wait_for_roles(timeout=60)
         time.sleep(2)
 
+    def upgrade():
+        # As README's "Upgrading lbctl on a live pair": the workers, the
+        # backup, then the master, each applied by the new release, whose
+        # keepalived.conf and hooks differ; then back to this one.
+        newer = _release_after_this(lab.files / "lbctl-newer")
+        path = lab.write("live-upgraded", steady_pair())
+        for node in (*ALL_WORKERS, "lb2", "lb1"):
+            done = lab.sh(node, lab.lbctl_argv("apply", str(path), node=node), check=False,
+                          cwd=newer)
+            assert done.returncode == 0, f"{node}: {done.stdout}{done.stderr}"
+            assert node in ALL_WORKERS or "keepalived reload" in done.stdout, done.stdout
+        for node in (*ALL_WORKERS, "lb2", "lb1"):
+            done = lab.lbctl(node, "apply", str(path))
+            assert done.returncode == 0, f"{node}: {done.stdout}{done.stderr}"
+
+    def to_one_balancer():
+        # As `apply --all` takes a departing balancer away first: the backup
+        # leaves, then the master goes on alone, the VIP now lbctl's.
+        left = lab.lbctl("lb2", "apply", str(lab.write("live-lb2-leaves", steady_pair())),
+                         "--remove")
+        assert left.returncode == 0, left.stdout + left.stderr
+        _applied_everywhere(lab, one_balancer, "live-one-balancer")
+        # The VIP held on lo while lb1 asked the LAN is gone from there.
+        for ifname, holds in (("eth0", True), ("lo", False)):
+            shown = lab.sh("lb1", ["ip", "-4", "-o", "address", "show", "dev", ifname]).stdout
+            assert (WEB_VIP in shown) == holds, (ifname, shown)
+        time.sleep(2)
+
+    def back_to_the_pair():
+        # The balancer that serves first, then the one that joins it.
+        path = lab.write("live-a-pair-again", steady_pair())
+        for node in BALANCERS:
+            done = lab.lbctl(node, "apply", str(path))
+            assert done.returncode == 0, f"{node}: {done.stdout}{done.stderr}"
+        lab.wait_for_roles(timeout=60)
+        time.sleep(2)
+
     _applied_everywhere(lab, steady_pair(), "live-pair")  # the adverts before the load starts
     lab.wait_for_roles(timeout=60)
     steps = [("add a worker", add_pi4),
@@ -162,9 +200,13 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
              ("reload keepalived (a new check timeout), and back", reload),
              ("drain and undrain each worker", lambda: _drain_and_undrain_each_worker(lab, windows)),
              ("planned failover to the backup", fail_over),
-             ("fail back to the master", fail_back)]
+             ("fail back to the master", fail_back),
+             ("upgrade lbctl (workers, backup, master), and back", upgrade),
+             ("the pair becomes one balancer (mode single)", to_one_balancer),
+             ("one balancer becomes the pair again", back_to_the_pair)]
+    capture = lab.start_capture()
     load = lab.start_load(interval=0.02)
-    done = []
+    done, records = [], []
     try:
         for name, change in steps:
             downloads = lab.traffic("downloads", WEB_VIP, "--count", 4, "--rate", 64 * 1024,
@@ -181,32 +223,60 @@ def test_every_change_to_a_live_pair_fails_no_request_and_breaks_no_download(lab
     finally:
         if load.poll() is None:
             load.kill()
+        seen = lab.stop_capture(capture, [r for r in records if not r[2]])
         lab.lbctl("pi4", "apply", str(lab.write("live-pi4-gone", with_pi4)), "--remove")
         _applied_everywhere(lab, pair_edited(), "live-back-to-the-pair")
     hashes = _blob_hashes(lab)
+    # The one loss a VIP's move may cost (docs/keepalived.md) is counted
+    # apart; any other failed request fails the test.
+    split = lab.split_by_a_move(capture, [r for r in records if not r[2]])
     rows = []
     for name, began, ended, results in done:
         during = [r for r in records if began <= r[0] <= ended + 1]
-        failed = [r for r in during if not r[2]]
+        failed = [r for r in during if not r[2] and r not in split]
+        cut = [r for r in during if r in split]
         broken = [r for r in results if not (r["ok"] and r["sha256"] in hashes)]
-        rows.append((name, len(during), failed, len(results), broken))
-    table = ["| change | requests | failed | downloads | broken |", "| --- | --- | --- | --- | --- |"]
-    table += [f"| {name} | {requests} | {len(failed)} | {count} | {len(broken)} |"
-              for name, requests, failed, count, broken in rows]
+        rows.append((name, len(during), failed, len(cut), len(results), broken))
+    table = ["| change | requests | failed | handshakes cut by the VIP's move | downloads | "
+             "broken |", "| --- | --- | --- | --- | --- | --- |"]
+    table += [f"| {name} | {requests} | {len(failed)} | {cut} | {count} | {len(broken)} |"
+              for name, requests, failed, cut, count, broken in rows]
     print("\n" + "\n".join(table))
     measured("every change to a live pair", requests=len(records),
-             failed=sum(len(row[2]) for row in rows), broken=sum(len(row[4]) for row in rows))
+             failed=sum(len(row[2]) for row in rows), cut_by_a_move=len(split),
+             broken=sum(len(row[5]) for row in rows))
     problems = {name: (failed[:3], [r.get("error") for r in broken][:3])
-                for name, _, failed, _, broken in rows if failed or broken}
+                for name, _, failed, _, _, broken in rows if failed or broken}
     # Which balancer held the VIP when: a move outside the planned failover
     # and back explains a reset request.
     moves = {node: [line for line in lab.keepalived_log(node, 400).splitlines()
                     if "Entering" in line] for node in BALANCERS} if problems else {}
-    assert not problems, (problems, moves)
-    assert all(requests > 20 for _, requests, _, _, _ in rows), rows
+    assert not problems, (problems, moves, seen)
+    assert all(requests > 20 for _, requests, *_ in rows), rows
     for worker, (start, end) in windows.items():
         served = served_between(records, start, end)
         assert served and f"served by {worker}" not in served, (worker, served)
+
+
+def _release_after_this(folder):
+    """A copy of lbctl as the next release would be: another version, and
+    its keepalived config and hooks changed (a comment more).  lbctl run
+    with `folder` as its working directory is that release."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    import lbctl
+
+    source = Path(lbctl.__file__).parent
+    shutil.rmtree(folder, ignore_errors=True)
+    shutil.copytree(source, folder / "lbctl", ignore=shutil.ignore_patterns("__pycache__"))
+    init = folder / "lbctl" / "__init__.py"
+    init.write_text(re.sub(r'__version__ = "(.*)"', r'__version__ = "\1+next"', init.read_text()))
+    for path in (folder / "lbctl" / "data" / "keepalived").iterdir():
+        if path.name != "__init__.py":
+            path.write_text(path.read_text() + "# (the next release)\n")
+    return folder
 
 
 def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
@@ -258,9 +328,11 @@ def test_a_drain_outlives_apply_reload_a_failover_and_a_restart(lab, pair):
     records = lab.stop_load(load)
     failed = [r for r in records if not r[2]]
     seen = lab.stop_capture(capture, failed)
+    split = lab.split_by_a_move(capture, failed)
     measured("a drain through apply, reload and a planned failover",
-             failed=f"{len(failed)}/{len(records)}")
-    assert failed == [], seen
+             failed=f"{len(failed)}/{len(records)}", handshakes_cut_by_the_move=len(split))
+    # The one loss a VIP's move may cost (docs/keepalived.md): any other fails.
+    assert [r for r in failed if r not in split] == [], seen
     served = served_between(records, *window)
     assert served and "served by pi2" not in served, served
 
