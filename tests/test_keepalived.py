@@ -133,8 +133,8 @@ class Balancer:
                                 leaving=leaving)
         owned = read_ownership(self.adapters.files, self.adapters.ownership_dir, cluster.name)
         observed = observe(desired, owned, self.adapters, self.adapters.addresses.list())
-        return SimpleNamespace(desired=desired, observed=observed,
-                               plan=make_plan(desired, observed, owned))
+        return SimpleNamespace(desired=desired, observed=observed, cluster=cluster,
+                               adapters=self.adapters, plan=make_plan(desired, observed, owned))
 
     def plan(self, text):
         return self.context(text).plan
@@ -676,37 +676,87 @@ def test_a_pair_reloaded_as_one_balancer_knows_keepalived_drops_the_vips_it_must
     assert vips_the_reload_drops(node.context(HEALTHY.replace("weight: 2", "weight: 3"))) == set()
 
 
+CHECKED_PAIR = PAIR.replace("scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
+PAIR_VIPS = [IPv4Address("192.168.100.10"), IPv4Address("192.168.100.11")]
+
+
+def _master_going_alone():
+    """lb1 of the checked pair, its keepalived holding the VIPs, and the
+    context of the one-balancer file: (node, context, its plan bridged)."""
+    from lbctl.commands.apply import _bridged, vips_the_reload_drops
+
+    from lbctl.render.keepalived import vrrp_anchor
+
+    node = Balancer()
+    node.apply(CHECKED_PAIR)
+    node.adapters.addresses.entries.update((vip, 32, "eth0") for vip in PAIR_VIPS)
+    anchor = IPv4Address(vrrp_anchor(cluster_from(CHECKED_PAIR)))
+    node.adapters.addresses.entries.add((anchor, 32, "lo"))
+    alone = node.context(HEALTHY)
+    return node, alone, _bridged(alone, vips_the_reload_drops(alone))
+
+
+def _lo_owned(node):
+    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
+    return sorted(str(a) for a in owned.addresses if a.ifname == "lo")
+
+
 def test_the_vips_keepalived_lets_go_of_wait_on_lo_until_this_balancer_holds_them():
     # Between keepalived's reload and this balancer adding them (after its
     # ARP Probes), the VIPs stay local: no new connection is refused.
-    from lbctl.commands.apply import _bridged, vips_the_reload_drops
-
-    checked_pair = PAIR.replace("scheduler: wrr}", "scheduler: wrr, health: {http: {path: /}}}")
-    vips = [IPv4Address("192.168.100.10"), IPv4Address("192.168.100.11")]
-    node = Balancer()
-    node.apply(checked_pair)
+    node, _ctx, plan = _master_going_alone()
     entries = node.adapters.addresses.entries
-    entries.update((vip, 32, "eth0") for vip in vips)  # the master's keepalived holds them
-    alone = node.context(HEALTHY)
-    plan = _bridged(SimpleNamespace(**vars(alone), adapters=node.adapters),
-                    vips_the_reload_drops(alone))
-    on_lo = {(vip, 32, "lo") for vip in vips}
-    assert on_lo <= entries
-    # Recorded first: an apply stopped from here leaves them to the next one.
-    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
-    assert {"192.168.100.10/32 dev lo", "192.168.100.11/32 dev lo"} <= \
-        {str(a) for a in owned.addresses}
+    on_lo = {(vip, 32, "lo") for vip in PAIR_VIPS}
+    assert "+ address 192.168.100.10/32 dev lo (until this balancer holds it on its " \
+        "interface)" in format_plan(plan)
+    assert not on_lo & entries  # nothing before the run, which tests keepalived's config first
     execute(plan, node.adapters)
-    entries.difference_update((vip, 32, "eth0") for vip in vips)  # keepalived let them go
+    assert on_lo <= entries
+    # Recorded too: an apply stopped from here leaves them to the next one.
+    assert _lo_owned(node) == ["192.168.100.10/32 dev lo", "192.168.100.11/32 dev lo"]
+    entries.difference_update((vip, 32, "eth0") for vip in PAIR_VIPS)  # keepalived let them go
     after = node.plan(HEALTHY)
     assert sorted((c.action, str(c.key)) for c in after.changes if c.kind == "address") == [
         ("add", "192.168.100.10/32 dev eth0"), ("add", "192.168.100.11/32 dev eth0"),
         ("remove", "192.168.100.10/32 dev lo"), ("remove", "192.168.100.11/32 dev lo")]
     execute(after, node.adapters)
-    assert not on_lo & entries and {(vip, 32, "eth0") for vip in vips} <= entries
-    owned = read_ownership(node.adapters.files, node.adapters.ownership_dir, "pi-web")
-    assert not [a for a in owned.addresses if a.ifname == "lo"]
+    assert not on_lo & entries and {(vip, 32, "eth0") for vip in PAIR_VIPS} <= entries
+    assert _lo_owned(node) == []
     assert node.plan(HEALTHY).empty
+
+
+def test_a_config_keepalived_refuses_leaves_no_vip_on_lo():
+    node, _ctx, plan = _master_going_alone()
+    node.keepalived.rejects = ["(keepalived.conf: Line 40) Invalid lvs_scheduler 'x'"]
+    with pytest.raises(ApplyError, match="Invalid lvs_scheduler"):
+        execute(plan, node.adapters)
+    assert not {(vip, 32, "lo") for vip in PAIR_VIPS} & node.adapters.addresses.entries
+    assert _lo_owned(node) == []
+
+
+def test_an_apply_run_again_after_one_stopped_keeps_the_vips_on_lo_through_the_reload():
+    # The first run added them to lo and was stopped at keepalived's reload.
+    class StoppedAtReload(FakeDaemon):
+        def reload(self):
+            raise OSError(errno.EINTR, "killed")
+
+    node, _ctx, plan = _master_going_alone()
+    node.adapters.daemons["keepalived"] = node.keepalived = StoppedAtReload(is_running=True)
+    with pytest.raises(ApplyError):
+        execute(plan, node.adapters)
+    assert _lo_owned(node) == ["192.168.100.10/32 dev lo", "192.168.100.11/32 dev lo"]
+    node.adapters.daemons["keepalived"] = node.keepalived = FakeDaemon(is_running=True)
+    from lbctl.commands.apply import _bridged, vips_the_reload_drops
+
+    alone = node.context(HEALTHY)
+    # Its new config is on disk already: keepalived's anchor says it still
+    # runs the pair's instance, whose VIPs its reload will take.
+    released = vips_the_reload_drops(alone)
+    assert {str(a) for a in released} == {"192.168.100.10/32 dev eth0",
+                                          "192.168.100.11/32 dev eth0"}
+    again = _bridged(alone, released)
+    # Neither added again nor taken away before keepalived has let go.
+    assert not [c for c in again.changes if c.kind == "address"], format_plan(again)
 
 
 def test_a_pair_become_one_stops_the_sync_daemons_keepalived_leaves_running():

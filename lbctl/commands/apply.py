@@ -8,7 +8,8 @@ from lbctl.records.last_apply import record_last_apply
 from lbctl.records.lock import node_locked
 from lbctl.adapters.files import remove_runtime_dirs
 from lbctl.engine.node import load_node
-from lbctl.engine.plan import CHANGE, DEFERRED_MARK, DRAINING_MARK, Kind, fingerprint, format_plan
+from lbctl.engine.plan import (CHANGE, DEFERRED_MARK, DRAINING_MARK, Change, Kind, fingerprint,
+                               format_plan)
 from lbctl.state import KEEPALIVED
 
 
@@ -114,44 +115,61 @@ def vips_the_reload_drops(ctx):
     """The VIPs keepalived deletes as it reloads this plan's config: those of
     a VRRP instance the new config no longer has (a pair become one
     balancer), which this balancer holds itself from now on.  The plan was
-    made while keepalived still held them, so it adds none."""
+    made while keepalived still held them, so it adds none.  keepalived
+    runs such an instance if its config on disk has one, or, where an
+    earlier apply wrote the new config and stopped before the reload, if it
+    holds the pair's anchor as master."""
     daemon = ctx.desired.keepalived
     reloads = any(c.kind == Kind.KEEPALIVED and c.action == CHANGE for c in ctx.plan.changes)
     if daemon is None or not ctx.desired.addresses or not reloads:
         return set()
     conf = next((c for c in ctx.plan.changes if c.kind == Kind.FILE and c.key == daemon.config),
                 None)
-    if conf is None or conf.old is None or "vrrp_instance" not in conf.old.content:
+    if not (conf is not None and conf.old is not None and "vrrp_instance" in conf.old.content
+            or _holds_the_anchor(ctx)):
         return set()
     return set(ctx.desired.addresses) & ctx.observed.addresses
 
 
+def _holds_the_anchor(ctx):
+    from ipaddress import IPv4Address
+
+    from lbctl.render.keepalived import vrrp_anchor
+
+    anchor = IPv4Address(vrrp_anchor(ctx.cluster))
+    return (anchor, 32, "lo") in ctx.adapters.addresses.list()
+
+
 def _bridged(ctx, released):
-    """The plan, and the VIPs keepalived is about to let go of held on lo
+    """The plan, with the VIPs keepalived is about to let go of held on lo
     meanwhile: from keepalived's reload until this balancer has asked the
     LAN (ARP Probes, for as long as a peer would take to take them over)
     and added them to its interface, they stay local here, so IPVS goes on
-    taking their packets and the balancer answers ARP for them (balancers
-    keep arp_ignore=0).  They are in the ownership record first: the plan
-    after the reload removes them, and so does the next apply should this
-    one be stopped before."""
+    taking their packets, and the balancer answers ARP for them where
+    arp_ignore is 0 (the kernel's default); a client that has its MAC
+    cached sends to it either way.  They are added with the plan's other
+    changes, after keepalived has tested its config and just before it
+    reloads, and are in the ownership record first: the plan after the
+    reload removes them, and so does the next apply should this one stop
+    before.  (A copy left on lo by such a stop stays until then: this
+    plan does not remove it.)"""
     if not released:
         return ctx.plan
     from dataclasses import replace
 
-    from lbctl.records.ownership import write_ownership
+    from lbctl.engine.plan import ADD, REMOVE
     from lbctl.state import Address
 
     bridge = {Address(vip.ip, "lo") for vip in released}
-    plan = replace(ctx.plan, owned_before=replace(
+    kept = [c for c in ctx.plan.changes
+            if not (c.kind == Kind.ADDRESS and c.action == REMOVE and c.key in bridge)]
+    adds = [Change(ADD, Kind.ADDRESS, address, note=" (until this balancer holds it on its "
+                   "interface)")
+            for address in sorted(bridge - ctx.observed.addresses, key=lambda a: a.ip)]
+    return replace(ctx.plan, changes=adds + kept, owned_before=replace(
         ctx.plan.owned_before, addresses=ctx.plan.owned_before.addresses | bridge),
         owned_after=replace(ctx.plan.owned_after,
                             addresses=ctx.plan.owned_after.addresses | bridge))
-    write_ownership(ctx.adapters.files, ctx.adapters.ownership_dir, plan.cluster,
-                    plan.owned_before, plan.node)
-    for address in sorted(bridge - ctx.observed.addresses, key=lambda a: a.ip):
-        ctx.adapters.addresses.add(address)
-    return plan
 
 
 def _wait_until_released(vips, addresses, patience=15.0, clock=time.monotonic,
