@@ -13,8 +13,8 @@ def sent(when, to, port, flags, length=74):
             f"{CLIENT}.{port} > 192.168.100.10.80: Flags [{flags}], seq 1, win 502, length 0\n")
 
 
-def failed(port):
-    return [1.0, 6.0, False, f"error: request from port {port}: TimeoutError: timed out"]
+def failed(port, start=1041.0, end=1046.0):
+    return [start, end, False, f"error: request from port {port}: TimeoutError: timed out"]
 
 
 CAPTURE = [
@@ -43,7 +43,16 @@ def test_a_request_whose_syn_went_to_one_balancer_and_the_rest_to_the_other_was_
 
 
 def test_a_request_that_failed_to_connect_or_went_elsewhere_is_not_the_moves_doing():
-    no_port = [1.0, 6.0, False, "error: connect: TimeoutError: timed out"]
+    no_port = [1041.0, 1046.0, False, "error: connect: TimeoutError: timed out"]
     assert split_by_a_move(CAPTURE, [no_port], CLIENT, {LB1, LB2}) == []
     # A MAC that is not a balancer's (a worker's) is no move between balancers.
     assert split_by_a_move(CAPTURE, [failed(48716)], CLIENT, {LB1, PI1}) == []
+
+
+def test_a_port_used_again_later_is_judged_by_its_own_time():
+    # 48716 again at 1300, all of it to lb2, and failed: not the move's doing,
+    # though the same port's handshake was cut at 1041.
+    later = CAPTURE + [sent("1300.00", LB2, 48716, "S"), sent("1300.01", LB2, 48716, ".")]
+    first, second = failed(48716), failed(48716, 1299.9, 1305.0)
+    assert split_by_a_move(later, [second], CLIENT, {LB1, LB2}) == []
+    assert split_by_a_move(later, [first, second], CLIENT, {LB1, LB2}) == [first]
