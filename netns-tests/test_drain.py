@@ -65,15 +65,27 @@ def test_a_worker_removed_under_keepalived_finishes_its_downloads_first(lab, pai
     assert len(exact) == len(results)
 
     # Idle now: the next apply lets keepalived delete it, on both balancers.
+    forced = ()
     try:
         lab.wait_for(lambda: _web_active(lab, PI3) == _web_active(lab, PI3, "lb2") == 0,
                      what="pi3 idle on both balancers")
     except LabError as exc:
-        raise LabError(f"{exc}: active on lb1 {_web_active(lab, PI3)}, on lb2 "
-                       f"{_web_active(lab, PI3, 'lb2')}; lb2's entries for pi3:\n" + "\n".join(
-                           " ".join(fields) for fields in lab.connection_entries("lb2")
-                           if fields[5] == f"{int(IPv4Address(PI3)):08X}")) from None
-    _apply(lab, without_pi3, ("lb2", "lb1"))
+        pi3 = f"{int(IPv4Address(PI3)):08X}"
+        entries = {node: [" ".join(f) for f in lab.connection_entries(node) if f[5] == pi3]
+                   for node in ("lb1", "lb2")}
+        held = lab.sh("client", ["ss", "-Htn", "state", "established", "dst",
+                                 f"{WEB_VIP}:80"]).stdout.strip()
+        left = [e for e in entries["lb1"] if " ESTABLISHED " in e]
+        if held or not left:
+            raise LabError(f"{exc}: active on lb1 {_web_active(lab, PI3)}, on lb2 "
+                           f"{_web_active(lab, PI3, 'lb2')}; entries for pi3: {entries}; the "
+                           f"client's connections to the VIP: {held!r}") from None
+        # Every download ended and the client holds no connection, yet lb1
+        # lists one as established: an entry whose close lb1 never saw,
+        # counted for IPVS's 15 minutes.  What an operator does then: --force.
+        report("keepalived drain: an entry left behind", entries=left)
+        forced = ("--force",)
+    _apply(lab, without_pi3, ("lb2", "lb1"), *forced)
     lab.wait_for(lambda: PI3 not in ipvs_web_dests(lab, "lb1") | ipvs_web_dests(lab, "lb2"),
                  timeout=15, what="pi3 to leave both tables")
     assert lab.lbctl("lb1", "plan", str(without_pi3), "--detailed-exitcode").returncode == 0
