@@ -759,6 +759,21 @@ def test_an_apply_run_again_after_one_stopped_keeps_the_vips_on_lo_through_the_r
     assert not [c for c in again.changes if c.kind == "address"], format_plan(again)
 
 
+def test_a_reload_in_mode_ecmp_lets_no_vip_go():
+    # A file of mode ecmp has no VRRP instance, and so no anchor to look for.
+    from helpers import PI_ECMP
+    from lbctl.commands.apply import vips_the_reload_drops
+
+    cluster = cluster_from(PI_ECMP)
+    reload = SimpleNamespace(kind="keepalived", action="change")
+    ctx = SimpleNamespace(cluster=cluster, adapters=Balancer().adapters,
+                          plan=SimpleNamespace(changes=[reload]),
+                          desired=SimpleNamespace(keepalived=SimpleNamespace(config=CONF),
+                                                  addresses={"10.200.0.10/32 dev lo"}),
+                          observed=SimpleNamespace(addresses=set()))
+    assert vips_the_reload_drops(ctx) == set()
+
+
 def test_a_pair_become_one_stops_the_sync_daemons_keepalived_leaves_running():
     """keepalived's reload into a config without lvs_sync_daemon leaves the
     pair's daemons running; only the cluster's own (interface and syncid) go."""

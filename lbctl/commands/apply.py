@@ -132,10 +132,14 @@ def vips_the_reload_drops(ctx):
 
 
 def _holds_the_anchor(ctx):
+    """Whether keepalived holds, as a pair's master, the anchor of this
+    cluster's VRRP instance (a file of mode ecmp has none)."""
     from ipaddress import IPv4Address
 
     from lbctl.render.keepalived import vrrp_anchor
 
+    if ctx.cluster.vrrp is None:
+        return False
     anchor = IPv4Address(vrrp_anchor(ctx.cluster))
     return (anchor, 32, "lo") in ctx.adapters.addresses.list()
 
