@@ -97,6 +97,13 @@ class Layout:
         return f"{self.etc_dir}/announce.map"
 
     @property
+    def announce_slots(self):
+        """Mode ecmp: drained real servers whose mh slots the announce hook
+        gives back as their service comes up.  The hook finds it as the map's
+        name with .slots."""
+        return f"{self.etc_dir}/announce.slots"
+
+    @property
     def bird_conf(self):
         return f"{self.etc_dir}/bird.conf"
 
@@ -135,6 +142,12 @@ class Layout:
     def announce_dir(self):
         """Root's: a static route per VIP offered now, which bird.conf includes."""
         return f"{self.run_dir}/announce"
+
+    @property
+    def announce_slots_lock(self):
+        """Held by the announce hook while it reads announce_slots and acts
+        on it, and by apply and drain while they write it."""
+        return f"{self.announce_dir}/slots.lock"
 
     @property
     def checker_fifo(self):

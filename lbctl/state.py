@@ -85,6 +85,9 @@ class FileSpec:
     content: str
     mode: int = 0o644
     owner: int = 0  # uid: every file lbctl writes is root's, so another owner is drift
+    # The flock a hook holds while it reads the file and acts on it, held
+    # while the file is written (Files.locked); not part of what is compared.
+    lock: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

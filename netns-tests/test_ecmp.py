@@ -9,6 +9,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import time
 from datetime import datetime
 
@@ -116,6 +117,22 @@ def both(ecmp):
     _apply(ecmp, ECMP)
     ecmp.wait_for_next_hops(VIP, ["lb1", "lb2"])
     return ecmp
+
+
+def _restarted(lab, node, path):
+    """`node`'s keepalived restarted the operator's way: drained, stopped
+    (keepalived deletes its table as it stops), started by apply from its
+    config, and undrained."""
+    drained = lab.lbctl(node, "drain-balancer", node, "--timeout", "60")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    keepalived = lab.keepalived_pids(node)[0]
+    os.kill(keepalived, signal.SIGTERM)
+    lab.wait_for(lambda: not os.path.exists(f"/proc/{keepalived}"), what=f"{node} stopped")
+    done = lab.lbctl(node, "apply", str(path))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "+ keepalived start" in done.stdout, done.stdout
+    undrained = lab.lbctl(node, "undrain-balancer", node)
+    assert undrained.returncode == 0, undrained.stdout + undrained.stderr
 
 
 def _waited(lab, balancers, watched, timeout=30):
@@ -521,18 +538,8 @@ def test_a_worker_added_mid_list_is_refused_and_one_added_last_keeps_one_table(b
             assert "~ keepalived reload" in done.stdout, done.stdout
             assert _listed(lab, node) == reloaded, done.stdout
     _waited(lab, ["lb1", "lb2"], "lb2")
-    # lb2 restarted the operator's way (keepalived deletes its table as it
-    # stops, and apply starts it from its config), as after a crash or reboot.
-    drained = lab.lbctl("lb2", "drain-balancer", "lb2", "--timeout", "60")
-    assert drained.returncode == 0, drained.stdout + drained.stderr
-    keepalived = lab.keepalived_pids("lb2")[0]
-    os.kill(keepalived, signal.SIGTERM)
-    lab.wait_for(lambda: not os.path.exists(f"/proc/{keepalived}"), what="lb2 stopped")
-    done = lab.lbctl("lb2", "apply", str(path))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "+ keepalived start" in done.stdout, done.stdout
-    undrained = lab.lbctl("lb2", "undrain-balancer", "lb2")
-    assert undrained.returncode == 0, undrained.stdout + undrained.stderr
+    # lb2 restarted, as after a crash or reboot.
+    _restarted(lab, "lb2", path)
     _waited(lab, ["lb1", "lb2"], "lb2")
     assert _listed(lab, "lb1") == _listed(lab, "lb2") == reloaded
     # Downloads through both, then every one of the busier balancer's moved
@@ -561,6 +568,82 @@ def test_a_worker_added_mid_list_is_refused_and_one_added_last_keeps_one_table(b
            moved_from=busier, downloads_complete_and_byte_exact=f"{len(exact)}/{len(results)}")
     assert len(exact) == len(results), [r["error"] for r in results if not r["ok"]]
     _waited(lab, ["lb1", "lb2"], "lb2")
+
+
+# From each client port in turn: one GET, the worker's answer, and a reset
+# once it is read (no TIME_WAIT keeps the port from the next round).
+FROM_PORTS = """\
+import socket, struct, sys
+vip, first, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for port in range(first, first + count):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.settimeout(5)
+    s.bind(("", port))
+    try:
+        s.connect((vip, 80))
+        s.sendall(b"GET /index.html HTTP/1.0\\r\\n\\r\\n")
+        data = b""
+        while chunk := s.recv(4096):
+            data += chunk
+        answer = data.split(b"\\r\\n\\r\\n", 1)[-1].decode().strip()
+    except OSError as exc:
+        answer = f"failed: {exc}"
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    s.close()
+    print(port, answer, flush=True)
+"""
+
+
+def _workers_by_port(lab, balancer, first=41000, count=60):
+    """{client port: "served by pi..."} of a GET from each port, every one
+    sent through `balancer` alone (the router's policy for the client)."""
+    address = lab.cluster.balancers[balancer].address
+    lab.sh("router", ["ip", "route", "replace", f"{VIP}/32", "via", str(address), "table", "101"])
+    done = lab.sh("client", [sys.executable, "-c", FROM_PORTS, VIP, str(first), str(count)],
+                  timeout=120)
+    return dict(line.split(" ", 1) for line in done.stdout.splitlines())
+
+
+def test_a_worker_drained_when_a_balancer_restarts_keeps_its_mh_slots_there(both):
+    """keepalived adds a drained worker at weight 0, and mh fills its table by
+    the last weight above 0 a real server had: a balancer restarted while a
+    worker is drained would leave that worker out of its table, while the
+    other keeps its slots (and sends their flows on, mh-fallback).  Each
+    client port must reach the same worker through either balancer, or a
+    flow the router moves between them changes worker."""
+    lab = both
+    for node in ("lb1", "lb2"):
+        done = lab.lbctl(node, "drain", "pi2")
+        assert done.returncode == 0, done.stdout + done.stderr
+    try:
+        # pi2's weight in the file changes while it is drained: the kernel
+        # keeps filling lb2's table by the weight pi2 had, and so must lb1's.
+        heavier = copy.deepcopy(ECMP)
+        heavier["workers"]["pi2"]["weight"] = 3
+        path = _apply(lab, heavier, name="ecmp-heavier")
+        _restarted(lab, "lb1", path)
+        _waited(lab, ["lb1", "lb2"], "lb1")
+        # Still drained there: the hook's weight lasted a moment only.
+        pi2 = [line for line in lab.ipvs_rules("lb1") if "192.168.100.4:80" in line]
+        assert len(pi2) == 1 and pi2[0].endswith(" -w 0"), lab.ipvs_rules("lb1")
+        lab.sh("router", ["ip", "rule", "add", "iif", "eth1", "lookup", "101", "pref", "100"])
+        try:
+            through = {node: _workers_by_port(lab, node) for node in ("lb1", "lb2")}
+        finally:
+            lab.sh("router", ["ip", "rule", "del", "pref", "100"], check=False)
+            lab.sh("router", ["ip", "route", "flush", "table", "101"], check=False)
+        served = set(through["lb1"].values()) | set(through["lb2"].values())
+        assert served == {"served by pi1", "served by pi3"}, through
+        differ = {port: (through["lb1"][port], through["lb2"][port]) for port in through["lb1"]
+                  if through["lb1"][port] != through["lb2"][port]}
+        report("ecmp drained worker, lb1 restarted", ports=len(through["lb1"]),
+               other_worker=len(differ))
+        assert differ == {}, differ
+    finally:
+        for node in ("lb1", "lb2"):
+            lab.lbctl(node, "undrain", "pi2")
+        _apply(lab, ECMP)
 
 
 def _scheduled(lab, node):

@@ -5,6 +5,7 @@ real adapter it replaces.
 """
 
 import errno
+from contextlib import contextmanager
 
 from lbctl.adapters.protocols import IpvsDest, IpvsService, OpResult
 from lbctl.state import FWD_DIRECT_ROUTING
@@ -139,6 +140,7 @@ class FakeFiles:
         self.files = {}
         self.links = {}
         self.writes = 0
+        self.held = []  # the locks held now
 
     def read(self, path):
         found = self.files.get(path)  # (content, mode); every fake file is root's
@@ -147,6 +149,14 @@ class FakeFiles:
     def write(self, path, content, mode):
         self.files[path] = (content, mode)
         self.writes += 1
+
+    @contextmanager
+    def locked(self, lock):
+        self.held.append(lock)
+        try:
+            yield
+        finally:
+            self.held.remove(lock)
 
     def remove(self, path):
         self.files.pop(path, None)

@@ -51,11 +51,18 @@ def test_undrain_of_one_service_leaves_the_others_drained():
 
 def test_the_record_round_trips_and_a_damaged_one_is_refused(tmp_path):
     files = FilesRoot(str(tmp_path))
-    drains = with_drain(with_drain({}, "pi2", None, 100.0), "pi3", "web", 150.0)
+    drains = with_drain(with_drain({}, "pi2", None, 100.0, {str(PI2_WEB): 3}), "pi3", "web",
+                        150.0)
     write_drains(files, "pi-web", drains)
     assert read_drains(files, "pi-web") == drains
+    assert read_drains(files, "pi-web")["pi2"].weights == {str(PI2_WEB): 3}
     path = tmp_path / Layout("pi-web").drain_record.lstrip("/")
     assert json.loads(path.read_text())["format"] == 1
+    written = json.loads(path.read_text())
+    written["drained"]["pi2"]["weights"] = {str(PI2_WEB): "3"}
+    path.write_text(json.dumps(written))
+    with pytest.raises(NodeError, match="pi2: weights must map real servers to weights"):
+        read_drains(files, "pi-web")
     path.write_text("{not json")
     with pytest.raises(NodeError, match="damaged.*delete it to undrain every worker"):
         read_drains(files, "pi-web")
@@ -157,8 +164,10 @@ def test_a_drain_carries_out_the_workers_weights_and_keepalived_only():
         Change("change", "real server", PI2_DNS, DestSpec(0), DestSpec(1)),
         Change("add", "address", "192.168.100.12/32 dev eth0"),
         Change("change", "file", "/etc/lbctl/pi-web/keepalived.conf"),
+        Change("change", "file", "/etc/lbctl/pi-web/announce.slots"),
         Change("change", "file", "/etc/lbctl/pi-web.yaml"),
         Change("change", "keepalived", "reload")])
-    kept = drain_changes(plan, {PI2_WEB, PI2_DNS}, "/etc/lbctl/pi-web/keepalived.conf")
+    kept = drain_changes(plan, {PI2_WEB, PI2_DNS}, {"/etc/lbctl/pi-web/keepalived.conf",
+                                                     "/etc/lbctl/pi-web/announce.slots"})
     assert [c.key for c in kept] == [PI2_WEB, PI2_DNS, "/etc/lbctl/pi-web/keepalived.conf",
-                                     "reload"]
+                                     "/etc/lbctl/pi-web/announce.slots", "reload"]

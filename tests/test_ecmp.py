@@ -213,6 +213,102 @@ def test_keepalived_runs_checks_and_quorum_hooks_but_no_vrrp(tmp_path):
     assert f'    lvs_notify_fifo_script "{hook} started" root\n' in conf
 
 
+def test_the_announce_hook_has_each_drained_worker_with_the_weight_its_mh_slots_had(tmp_path):
+    # keepalived adds a drained server at weight 0, and mh fills its table
+    # by the last weight above 0: the hook gives back what the other
+    # balancers filled theirs by, as the drain record kept it.
+    from lbctl.adapters.protocols import IpvsDest, IpvsService
+    from lbctl.records.drains import slot_weights, table_weights, with_drain
+
+    text = ECMP.replace("  pi2: {address: 192.168.100.4}\n",
+                        "  pi2: {address: 192.168.100.4}\n  pi3: {address: 192.168.100.6}\n")
+    cluster = load(tmp_path, text)
+    web, dns = cluster.services["web"], cluster.services["dns"]
+    # keepalived had pi2 at weight 3 on web (the file's weight changed
+    # since, or its dynamic weight); on dns it failed its checks (0).
+    table = [IpvsService(web.key, "tcp", "mh", 0, tuple(
+                 IpvsDest(rs.address, 80, 3 if rs.worker == "pi2" else 1, 3)
+                 for rs in web.real_servers)),
+             IpvsService(dns.key, "udp", "mh", 0, tuple(IpvsDest(rs.address, 53, 0, 3)
+                                                        for rs in dns.real_servers))]
+    drains = {}
+    for worker in ("pi2", "pi3"):
+        drains = with_drain(drains, worker, None, 1.0,
+                            table_weights(cluster, worker, None, table, drains))
+    # The file's weight changes while pi2 is drained: its slots stay as filled.
+    cluster = load(tmp_path, text.replace("pi2: {address: 192.168.100.4}",
+                                          "pi2: {address: 192.168.100.4, weight: 5}"))
+    layout = Layout(cluster.name, str(tmp_path / "root"))
+    state = desired_state(cluster, "lb1", "eth0", layout=layout,
+                          slots=slot_weights(cluster, drains))
+    slots = state.files[layout.announce_slots]
+    lines = [line for line in slots.content.splitlines() if not line.startswith("#")]
+    assert lines == ["tcp-10.200.0.10-80 192.168.100.4:80:3",
+                     "tcp-10.200.0.10-80 192.168.100.6:80:1",
+                     "udp-10.200.0.11-53 192.168.100.4:53:1",  # the file's: it had it before
+                     "udp-10.200.0.11-53 192.168.100.6:53:1"]
+    # Written under the lock the hook holds as it acts on it, where it looks.
+    assert slots.lock == layout.announce_slots_lock
+    assert layout.announce_slots == layout.announce_map.removesuffix(".map") + ".slots"
+    assert layout.announce_slots_lock == f"{layout.announce_dir}/slots.lock"
+    # keepalived's config passes nothing of it: a line holds 1,023 characters.
+    ups = [line for line in state.files[layout.conf].content.splitlines() if "quorum_up" in line]
+    assert len(ups) == 2 and all(line.endswith(' up" root') for line in ups), ups
+
+
+def _weights(cluster, web=None, dns=None):
+    """An IPVS dump with pi2 (pi1 at 1) at `web` and `dns` (None: pi2 not
+    there; "absent": the service not there)."""
+    from lbctl.adapters.protocols import IpvsDest, IpvsService
+
+    table = []
+    for svc, weight in ((cluster.services["web"], web), (cluster.services["dns"], dns)):
+        if weight == "absent":
+            continue
+        dests = [IpvsDest(rs.address, svc.port, 1, 3) for rs in svc.real_servers
+                 if rs.worker == "pi1"]
+        if weight is not None:
+            dests.append(IpvsDest(cluster.workers["pi2"].address, svc.port, weight, 3))
+        table.append(IpvsService(svc.key, str(svc.key), "mh", 0, tuple(dests)))
+    return table
+
+
+def _slots(cluster, drains):
+    from lbctl.records.drains import slot_weights
+
+    return {key.service.protocol: weight for key, weight in slot_weights(cluster, drains).items()}
+
+
+def test_a_drain_records_the_weight_each_mh_table_was_filled_by(tmp_path):
+    from lbctl.records.drains import Drain, table_weights, with_drain, without_drain
+
+    cluster = load(tmp_path)
+
+    def drained(table, drains=None, service=None):
+        drains = drains or {}
+        return with_drain(drains, "pi2", service, 1.0,
+                          table_weights(cluster, "pi2", service, table, drains))
+
+    # Taking connections: that weight.  Failed its checks (0): the file's,
+    # the one it had before.  A service this balancer's table lacks
+    # (keepalived stopped): the file's too.
+    assert _slots(cluster, drained(_weights(cluster, web=4, dns=0))) == {"tcp": 4, "udp": 1}
+    assert _slots(cluster, drained(_weights(cluster, web=4, dns="absent"))) == \
+        {"tcp": 4, "udp": 1}
+    # A server the table's service lacks is added drained, at 0, everywhere.
+    assert _slots(cluster, drained(_weights(cluster, web=4, dns=None))) == {"tcp": 4}
+    # Drained again, with the table at 0: what the first drain saw.
+    first = drained(_weights(cluster, web=4, dns=None))
+    assert _slots(cluster, drained(_weights(cluster, web=0, dns=0), first)) == {"tcp": 4}
+    # ... so a worker that joined dns while drained (at 0 on every balancer)
+    # gets no slots there, and one service undrained keeps the others'.
+    web_only = without_drain(first, cluster, "pi2", "dns")
+    assert web_only["pi2"].weights == first["pi2"].weights
+    assert _slots(cluster, web_only) == {"tcp": 4}
+    # A record of an older lbctl has no weights: the file's.
+    assert _slots(cluster, {"pi2": Drain("pi2", None, 1.0)}) == {"tcp": 1, "udp": 1}
+
+
 def test_keepalived_accepts_the_ecmp_config(tmp_path):
     text = ECMP.replace("scheduler_flags: [mh-port]}", "scheduler_flags: [mh-port],\n"
                         "       health: {http: {path: /}}}")
@@ -283,6 +379,90 @@ def test_a_vip_is_offered_only_while_every_service_on_it_is_up(bird):
     assert offered() == ["10.200.0.10", "10.200.0.11"]
     hook("event", "ssh", "down")  # its last worker failed, or keepalived stops (omega)
     assert offered() == ["10.200.0.11"]
+
+
+FAKE_IPVSADM = """\
+#!/bin/sh
+# What the hook asks of ipvsadm, one line of arguments and the lines it reads.
+log=${0%/*}/ipvsadm.log
+echo "ipvsadm $*" >> "$log"
+[ "$1" != -R ] || cat >> "$log"
+[ ! -e "${0%/*}/ipvsadm.fails" ] || [ "$1" != -R ]
+"""
+WEB = "tcp-10.200.0.10-80"
+PI2_UP_AND_BACK = ["ipvsadm -R", "-e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 3",
+                   "-e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 0"]
+
+
+@pytest.fixture
+def ipvsadm(tmp_path, monkeypatch):
+    """A stand-in for ipvsadm in the hook (the host has no IPVS): the lines
+    it was given, as a function."""
+    folder = tmp_path / "fake"
+    folder.mkdir()
+    fake = folder / "ipvsadm"
+    fake.write_text(FAKE_IPVSADM)
+    fake.chmod(0o755)
+    monkeypatch.setenv("LBCTL_IPVSADM", str(fake))
+    (tmp_path / "announce.map").write_text(f"10.200.0.10 {WEB} udp-10.200.0.10-53\n")
+    (tmp_path / "announce.slots").write_text(f"{WEB} 192.168.100.4:80:3\n"
+                                             "udp-10.200.0.10-53 192.168.100.4:53:1\n")
+    log = folder / "ipvsadm.log"
+    return lambda: log.read_text().splitlines() if log.exists() else []
+
+
+def test_a_service_coming_up_gives_its_drained_workers_slots_back_under_the_slots_lock(
+        bird, ipvsadm):
+    # The hook reads the slots and acts on them under the lock apply and
+    # drain hold as they write them: an undrain's write comes before it or
+    # after, never while the hook is about to set a weight from the old file.
+    from lbctl.adapters.files import FilesRoot
+
+    hook, offered, folder, _socket = bird
+    with FilesRoot("/").locked(str(folder / "slots.lock")):
+        waiting = hook("event", WEB, "up", stays=True)
+        time.sleep(1.5)
+        assert waiting.poll() is None and ipvsadm() == []
+    assert waiting.wait(timeout=30) == 0, waiting.stderr.read()
+    # Its own service's servers alone, the weight then 0 in one run.
+    assert ipvsadm() == PI2_UP_AND_BACK
+    assert hook("event", "udp-10.200.0.10-53", "up").returncode == 0
+    assert offered() == ["10.200.0.10"]
+    # With the VIP on offer, flows come here: it leaves the weights alone,
+    # and does not wait for the slots at all.
+    with FilesRoot("/").locked(str(folder / "slots.lock")):
+        again = hook("event", WEB, "up", stays=True)
+        assert again.wait(timeout=5) == 0  # (the hook waits up to 10 s for the lock)
+    assert len(ipvsadm()) == 6 and offered() == ["10.200.0.10"]
+
+
+def test_a_vip_offered_by_another_run_meanwhile_still_gets_the_slots_back(bird, ipvsadm):
+    # Two services on one VIP come up together: the other's run may offer
+    # the VIP between this run's record and its turn at the folder.
+    import fcntl
+
+    hook, offered, folder, _socket = bird
+    (folder / "udp-10.200.0.10-53.state").write_text(f"up 1 1 {os.getpid()}\n")
+    held = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        waiting = hook("event", WEB, "up", stays=True)
+        deadline = time.monotonic() + 10
+        while not (folder / f"{WEB}.state").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (folder / "10.200.0.10.conf").write_text("route 10.200.0.10/32 blackhole;\n")
+    finally:
+        os.close(held)
+    assert waiting.wait(timeout=30) == 0, waiting.stderr.read()
+    assert ipvsadm()[:3] == PI2_UP_AND_BACK
+
+
+def test_a_failed_ipvsadm_leaves_no_drained_worker_at_its_weight(bird, ipvsadm, tmp_path):
+    hook, offered, _folder, _socket = bird
+    (tmp_path / "fake" / "ipvsadm.fails").touch()
+    assert hook("event", WEB, "up").returncode == 0
+    assert ipvsadm() == [*PI2_UP_AND_BACK,
+                         "ipvsadm -e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 0"]
 
 
 def test_a_hook_forked_before_the_one_on_record_changes_nothing(bird):

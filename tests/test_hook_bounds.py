@@ -85,7 +85,7 @@ def test_the_announce_hook_gives_up_on_a_record_locked_for_good(tmp_path):
 
 
 def test_apply_waits_on_the_takeover_hook_for_a_bounded_time(tmp_path):
-    from lbctl.adapters.keepalived import _flock_within
+    from lbctl.adapters.files import flock_within
     from lbctl.errors import ApplyError
 
     rules = tmp_path / "takeover.nft"
@@ -97,7 +97,7 @@ def test_apply_waits_on_the_takeover_hook_for_a_bounded_time(tmp_path):
 
     def wait():
         try:
-            _flock_within(waiter, 0.3, str(rules))
+            flock_within(waiter, str(rules), 0.3)
             outcome.append("locked")
         except ApplyError as exc:
             outcome.append(str(exc))
@@ -105,10 +105,10 @@ def test_apply_waits_on_the_takeover_hook_for_a_bounded_time(tmp_path):
     try:
         thread.start()
         thread.join(5)
-        assert outcome and "has held it for over 0.3s; run apply again" in outcome[0], outcome
+        assert outcome and "has held it for over 0.3s; run the command again" in outcome[0], outcome
         # Once the hook is done, apply takes the lock.
         fcntl.flock(holder, fcntl.LOCK_UN)
-        _flock_within(waiter, 0.3, str(rules))
+        flock_within(waiter, str(rules), 0.3)
     finally:
         os.close(holder)
         os.close(waiter)

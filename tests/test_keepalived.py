@@ -597,19 +597,41 @@ def test_a_pair_advertises_one_fixed_address_whatever_the_vips():
                                      "        192.168.100.11/32 dev eth0"]
 
 
-def test_a_pair_balancer_without_nft_is_refused_before_anything_changes(tmp_path):
-    from lbctl.adapters.keepalived import KeepalivedDaemon
-
+# What each kind of balancer needs beside keepalived: a pair's takeover
+# grace needs nft, and mode ecmp's announce hook gives a drained worker its
+# mh slots with ipvsadm.
+@pytest.mark.parametrize("program,package,kind", [("nft", "nftables", {"takeover": True}),
+                                                  ("ipvsadm", "ipvsadm", {"announce": True})])
+def test_a_balancer_without_a_program_it_needs_is_refused_before_anything_changes(
+        tmp_path, program, package, kind):
     binary = tmp_path / "keepalived"
     binary.write_text("#!/bin/sh\necho 'Keepalived v2.2.7 (01/16,2022)' >&2\n")
     binary.chmod(0o755)
-    keepalived = KeepalivedDaemon(Layout("pi-web", str(tmp_path / "root")),
-                                   systemd=NO_SYSTEMD, binary=str(binary), takeover=True,
-                                   nft=str(tmp_path / "nft"))
-    with pytest.raises(ApplyError, match=r"run nft: it is not installed .*`apt install "
-                                         r"nftables`; nothing on this node was changed"):
+    keepalived = KeepalivedDaemon(Layout("pi-web", str(tmp_path / "root")), systemd=NO_SYSTEMD,
+                                  binary=str(binary), **kind, **{program: str(tmp_path / program)})
+    with pytest.raises(ApplyError, match=rf"run {program}: it is not installed .*`apt install "
+                                         rf"{package}`; nothing on this node was changed"):
         keepalived.prepare()
     assert not (tmp_path / "root").exists()
+
+
+def test_a_file_a_hook_reads_under_a_lock_is_written_holding_it():
+    from lbctl.engine.plan import Change, Plan
+    from lbctl.state import FileSpec
+
+    files = FakeFiles()
+    seen = []
+    write = files.write
+    files.write = lambda path, content, mode: (seen.append(list(files.held)),
+                                               write(path, content, mode))
+    plan = Plan("lb1", "balancer", "pi-web", changes=[
+        Change("add", "file", "/etc/lbctl/pi-web/announce.slots",
+               FileSpec("x\n", lock="/run/lbctl/pi-web/announce/slots.lock")),
+        Change("add", "file", "/etc/lbctl/pi-web/announce.map", FileSpec("y\n"))])
+    execute(plan, Adapters(ipvs=FakeIpvs(), addresses=FakeAddresses(), sysctls=FakeSysctls(),
+                           files=files))
+    assert seen == [["/run/lbctl/pi-web/announce/slots.lock"], []]
+    assert files.held == []
 
 
 def test_an_exec_check_the_script_user_cannot_run_stops_apply_before_any_change():

@@ -8,10 +8,16 @@ write leaves the old file intact.
 import os
 import stat
 import tempfile
+import time
+from contextlib import contextmanager
 
 from lbctl.errors import ApplyError
 from lbctl.layout import OWN_FOLDERS
 from lbctl.trust import first_unsafe, others_can_change
+
+# How long lbctl waits for a lock keepalived's hooks hold: they hold it for
+# an nft or ipvsadm call, so a lock held longer is a hook that hangs.
+HOOK_LOCK_SECONDS = 30
 
 
 def ensure_dir(root, path):
@@ -90,6 +96,24 @@ class FilesRoot:
             raise
         sync_dir(directory)
 
+    @contextmanager
+    def locked(self, lock):
+        """Hold `lock`, the flock a keepalived hook holds while it reads a
+        file and acts on it, so that the hook acts on the file before this
+        write or after it, never on the old one once it is replaced.  No lock
+        while its folder does not exist: no hook runs then."""
+        try:
+            fd = os.open(self._real(lock), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600)
+        except FileNotFoundError:
+            yield
+            return
+        try:
+            flock_within(fd, lock)
+            yield
+        finally:
+            os.close(fd)
+
     def remove(self, path):
         real = self._real(path)
         try:
@@ -113,6 +137,22 @@ class FilesRoot:
         os.symlink(target, tmp)
         os.replace(tmp, real)
         sync_dir(os.path.dirname(real))
+
+
+def flock_within(fd, path, seconds=HOOK_LOCK_SECONDS, poll=0.05):
+    """flock `fd` (the file at `path`, which a keepalived hook locks too)."""
+    import fcntl
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise ApplyError("lock", path, f"a keepalived hook has held it for over "
+                                 f"{seconds}s; run the command again once it is done") from None
+            time.sleep(poll)
 
 
 def sync_dir(directory):

@@ -4,7 +4,6 @@ Where systemd runs, keepalived runs as lbctl's own unit.  Without systemd (the
 lab, containers) lbctl starts it directly (adapters/process.py).
 """
 
-import fcntl
 import os
 import pwd
 import shutil
@@ -14,9 +13,9 @@ import subprocess
 import time
 from contextlib import suppress
 
-from lbctl.adapters.files import ensure_dir
+from lbctl.adapters.files import ensure_dir, flock_within
 from lbctl.adapters.process import DaemonProcess
-from lbctl.adapters.programs import KEEPALIVED, NFT, QUICK, USERADD, run
+from lbctl.adapters.programs import IPVSADM, KEEPALIVED, NFT, QUICK, USERADD, run
 from lbctl.adapters.systemd import Systemd
 from lbctl.errors import ApplyError
 from lbctl.render.keepalived import SCRIPT_USER, keepalived_argv
@@ -37,12 +36,13 @@ class KeepalivedDaemon:
     name = "keepalived"
 
     def __init__(self, layout, systemd=None, binary=KEEPALIVED, takeover=False, nft=NFT,
-                 announce=False):
+                 announce=False, ipvsadm=IPVSADM):
         self.layout = layout
         self.binary = binary
         self.takeover = takeover
         self.nft = nft
         self.announce = announce
+        self.ipvsadm = ipvsadm
         self.systemd = systemd or Systemd(layout.root)
         self.process = DaemonProcess(layout, "keepalived", layout.conf)
 
@@ -82,6 +82,11 @@ class KeepalivedDaemon:
             raise ApplyError("run", "nft", f"it is not installed ({self.nft} not found), and a "
                              "failover pair's balancers need it for the takeover grace: install "
                              "it with `apt install nftables`; nothing on this node was changed")
+        if self.announce and not os.access(self.ipvsadm, os.X_OK):
+            raise ApplyError("run", "ipvsadm", f"it is not installed ({self.ipvsadm} not found), "
+                             "and mode ecmp's announce hook needs it to give a drained worker "
+                             "its mh slots as keepalived starts: install it with `apt install "
+                             "ipvsadm`; nothing on this node was changed")
         ensure_system_user(SCRIPT_USER)
         for program in sorted(programs):
             _require_runnable_by(_user(SCRIPT_USER), program)
@@ -146,7 +151,7 @@ class KeepalivedDaemon:
             held = None
         try:
             if held is not None:
-                _flock_within(held, LOCK_SECONDS, rules)
+                flock_within(held, rules)
                 os.unlink(rules)
             if os.access(self.nft, os.X_OK):
                 # (nft 1.0.6 has no "destroy": adding first makes the delete safe.)
@@ -193,24 +198,6 @@ class KeepalivedDaemon:
             os.chown(state_dir, user.pw_uid, user.pw_gid, follow_symlinks=False)
         os.chmod(state_dir, 0o755, follow_symlinks=False)
         return run_dir
-
-
-# How long apply waits for a lock keepalived's hooks hold: they hold it for
-# an nft call, so a lock held longer is a hook that hangs.
-LOCK_SECONDS = 30
-
-
-def _flock_within(fd, seconds, path, poll=0.05):
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise ApplyError("lock", path, f"a keepalived hook has held it for over "
-                                 f"{seconds}s; run apply again once it is done") from None
-            time.sleep(poll)
 
 
 def empty_folder(path):

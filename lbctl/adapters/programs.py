@@ -15,6 +15,7 @@ from lbctl.errors import ApplyError
 IP = "/usr/sbin/ip"
 MODPROBE = "/usr/sbin/modprobe"
 NFT = "/usr/sbin/nft"
+IPVSADM = "/usr/sbin/ipvsadm"  # only in keepalived's announce hook (mode ecmp)
 KEEPALIVED = "/usr/sbin/keepalived"
 BIRD = "/usr/sbin/bird"
 BIRDC = "/usr/sbin/birdc"

@@ -1,5 +1,6 @@
 """The interfaces the executor and observer use; real adapters and fakes both meet them."""
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -133,6 +134,9 @@ class Files(Protocol):
     def read(self, path: str) -> tuple | None: ...  # (content, mode, owner uid) or None
 
     def write(self, path: str, content: str, mode: int) -> None: ...
+
+    # Held around a write of a file a hook reads under the same flock.
+    def locked(self, lock: str) -> AbstractContextManager: ...
 
     def remove(self, path: str) -> None: ...
 

@@ -17,7 +17,7 @@ def run(args, out):
     from lbctl.adapters.files import FilesRoot
     from lbctl.engine.desired import find_node, role_of
     from lbctl.records.drains import (
-        drained_dests, read_drains, with_drain, without_drain, write_drains,
+        drained_dests, read_drains, table_weights, with_drain, without_drain, write_drains,
     )
     from lbctl.records.lock import node_locked
     from lbctl.engine.node import load_node
@@ -48,13 +48,14 @@ def run(args, out):
         if undrain:
             after = without_drain(before, cluster, args.worker, args.service)
         else:
-            after = with_drain(before, args.worker, args.service, time.time())
-        changed = set(drained_dests(cluster, before)) ^ set(drained_dests(cluster, after))
-        if changed and not undrain and not args.force:
             from lbctl.adapters.ipvs import IpvsNetlink
 
-            check_capacity(cluster, set(drained_dests(cluster, after)), IpvsNetlink().dump(),
-                           args.worker)
+            table = IpvsNetlink().dump()
+            after = with_drain(before, args.worker, args.service, time.time(),
+                               table_weights(cluster, args.worker, args.service, table, before))
+        changed = set(drained_dests(cluster, before)) ^ set(drained_dests(cluster, after))
+        if changed and not undrain and not args.force:
+            check_capacity(cluster, set(drained_dests(cluster, after)), table, args.worker)
         if getattr(args, "check", False):
             out.write(f"{args.worker} can be drained on {node}\n")
             return 0
@@ -129,14 +130,15 @@ def _worker_dests(cluster, worker, service=None):
             for rs in svc.real_servers if rs.worker == worker]
 
 
-def drain_changes(plan, keys, conf):
+def drain_changes(plan, keys, files):
     """The part of a plan a drain carries out: the weights of `keys` (netlink
-    engine), or keepalived's config `conf` and its reload."""
+    engine), or the `files` that say who is drained (keepalived's config,
+    the announce hook's mh slots) and keepalived's reload."""
     from lbctl.engine.plan import CHANGE, Kind
 
     return [c for c in plan.changes
             if (c.kind == Kind.REAL_SERVER and c.action == CHANGE and c.key in keys)
-            or (c.kind == Kind.FILE and c.key == conf)
+            or (c.kind == Kind.FILE and c.key in files)
             or (c.kind == Kind.KEEPALIVED and c.key == "reload")]
 
 
@@ -145,8 +147,12 @@ def _make_weights_follow(ctx, keys, out):
     `lbctl apply`, and so is the ownership record."""
     from lbctl.engine.execute import execute
 
-    conf = ctx.desired.keepalived.config if ctx.desired.keepalived else None
-    ours = drain_changes(ctx.plan, keys, conf)
+    files = set()
+    if ctx.desired.keepalived:
+        from lbctl.layout import Layout
+
+        files = {ctx.desired.keepalived.config, Layout(ctx.cluster.name).announce_slots}
+    ours = drain_changes(ctx.plan, keys, files)
     others = len(ctx.plan.changes) - len(ours)
     ctx.plan.changes = ours
     ctx.plan.owned_after = ctx.plan.owned_before  # a drain takes nothing away

@@ -174,7 +174,7 @@ def _scrapers(cluster, own, listen):
 
 
 def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, force=False,
-                                drained=frozenset(), boot=None):
+                                drained=frozenset(), boot=None, slots=None):
     """keepalived runs this balancer: lbctl writes its files and keeps it running.
 
     keepalived owns the VIPs (VRRP) and the IPVS table (its checkers add and
@@ -185,7 +185,9 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
     connections (`leaving`, from the kernel) it stays in keepalived's config
     at weight 0, without checks, and a later apply drops it once it is idle;
     `force` drops it at once.  `drained` (DestKeys) stay in at weight 0,
-    checks and all, until `lbctl undrain`.
+    checks and all, until `lbctl undrain`; `slots` ({DestKey: weight},
+    drains.slot_weights()) are those of them whose mh slots the announce hook
+    gives back (mode ecmp).
     """
     from lbctl.render.keepalived import (
         render_keepalived_conf, render_keepalived_unit, render_takeover_rules, script_text,
@@ -211,7 +213,7 @@ def desired_keepalived_balancer(cluster, node, interface, layout, leaving=None, 
         state.files[layout.takeover_rules] = FileSpec(render_takeover_rules(cluster, layout))
     if cluster.mode == Mode.ECMP:
         scripts[layout.announce] = ANNOUNCE_SCRIPT
-        _ecmp_files(state, cluster, node, interface, layout)
+        _ecmp_files(state, cluster, node, interface, layout, slots or {})
     for path, name in scripts.items():
         state.files[path] = FileSpec(script_text(name), 0o755)
     vips = {Address(vip, "lo" if cluster.mode == Mode.ECMP else interface) for vip in cluster.vips}
@@ -262,13 +264,19 @@ def _run_daemon(state, name, config, files, programs=frozenset()):
     state.daemons[name] = DaemonSpec(name, config, files, programs, digest.hexdigest())
 
 
-def _ecmp_files(state, cluster, node, interface, layout):
-    """Mode ecmp: BIRD's config and unit, and the map of which services each
-    VIP carries, which keepalived's announce hook reads."""
-    from lbctl.render.bird import render_announce_map, render_bird_conf, render_bird_unit
+def _ecmp_files(state, cluster, node, interface, layout, slots):
+    """Mode ecmp: BIRD's config and unit, and what keepalived's announce hook
+    reads: the map of which services each VIP carries, and the drained
+    workers' mh slots."""
+    from lbctl.render.bird import (
+        render_announce_map, render_announce_slots, render_bird_conf, render_bird_unit,
+    )
 
     state.files[layout.bird_conf] = FileSpec(render_bird_conf(cluster, node, interface, layout))
     state.files[layout.announce_map] = FileSpec(render_announce_map(cluster))
+    # (Not a file of keepalived's: the hook reads it at each run.)
+    state.files[layout.announce_slots] = FileSpec(render_announce_slots(cluster, slots),
+                                                  lock=layout.announce_slots_lock)
     _enable(state, "bird", render_bird_unit(layout))
 
 
@@ -310,13 +318,14 @@ def desired_worker(cluster, node):
 
 
 def desired_state(cluster, node, interface, boot=None, layout=None, leaving=None, force=False,
-                  drained=frozenset()):
+                  drained=frozenset(), slots=None):
     """`layout` (a Layout) is needed on balancers of keepalived clusters,
     and `leaving` (leaving_real_servers()) there tells which real servers drain.
-    `drained`: DestKeys `lbctl drain` took out (drains.drained_dests())."""
+    `drained`: DestKeys `lbctl drain` took out (drains.drained_dests()), and
+    `slots` the weights of their mh slots (drains.slot_weights())."""
     if role_of(cluster, node) == "worker":
         return desired_worker(cluster, node)
     if cluster.engine == "keepalived":
         return desired_keepalived_balancer(cluster, node, interface, layout, leaving, force,
-                                           drained, boot)
+                                           drained, boot, slots)
     return desired_balancer(cluster, node, interface, boot, drained)

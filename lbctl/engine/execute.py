@@ -235,6 +235,9 @@ def _address(adapters, change):
 def _file(adapters, change):
     if change.action == REMOVE:
         adapters.files.remove(change.key)
+    elif change.new.lock is not None:
+        with adapters.files.locked(change.new.lock):
+            adapters.files.write(change.key, change.new.content, change.new.mode)
     else:
         adapters.files.write(change.key, change.new.content, change.new.mode)
 

@@ -12,7 +12,7 @@ from ipaddress import IPv4Network
 
 from lbctl.adapters.protocols import Adapters
 from lbctl.config import load_cluster
-from lbctl.records.drains import NewerDrainRecord, drained_dests, read_drains
+from lbctl.records.drains import NewerDrainRecord, drained_dests, read_drains, slot_weights
 from lbctl.engine.desired import (
     BootApply, desired_state, find_node, leaving_real_servers, role_of, strip_saved_copy_header,
 )
@@ -122,7 +122,8 @@ def load_node(path, node=None, root="/", force=False, remove=False, cluster=None
     else:
         desired = desired_state(cluster, name, ifname, boot=boot, layout=layout,
                                 leaving=leaving, force=force,
-                                drained=set(drained_dests(cluster, drains)))
+                                drained=set(drained_dests(cluster, drains)),
+                                slots=slot_weights(cluster, drains))
     # A daemon nothing here can run (the exporter, where systemd does not run
     # the node) is left to its unit file.
     desired.daemons = {name: spec for name, spec in desired.daemons.items()

@@ -29,6 +29,11 @@ class Drain:
     worker: str
     services: frozenset | None
     since: float  # epoch seconds of the first drain
+    # {str(DestKey): weight} of the real servers this balancer's IPVS table
+    # had as the drain took them to 0: the weight the kernel keeps filling an
+    # mh table by (see table_weights()).  None in a record written before
+    # lbctl kept them.
+    weights: dict | None = None
 
     def covers(self, service):
         return self.services is None or service in self.services
@@ -57,8 +62,13 @@ def read_drains(files, cluster_name):
             if services is not None and (not isinstance(services, list) or
                                          not all(isinstance(s, str) for s in services)):
                 raise ValueError(f"{worker}: services must be a list of names or null")
+            weights = entry.get("weights")
+            if weights is not None and (not isinstance(weights, dict) or not all(
+                    isinstance(w, int) and not isinstance(w, bool) and 0 <= w <= 65535
+                    for w in weights.values())):
+                raise ValueError(f"{worker}: weights must map real servers to weights")
             drains[worker] = Drain(worker, None if services is None else frozenset(services),
-                                   float(entry["since"]))
+                                   float(entry["since"]), weights)
         return drains
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise NodeError(f"{path} is damaged ({exc}): which workers are drained is not known; "
@@ -72,22 +82,70 @@ def write_drains(files, cluster_name, drains):
         return
     text = json.dumps({"format": DRAIN_FORMAT, "drained": {
         d.worker: {"services": None if d.services is None else sorted(d.services),
-                   "since": d.since}
+                   "since": d.since,
+                   **({} if d.weights is None else {"weights": dict(sorted(d.weights.items()))})}
         for d in sorted(drains.values(), key=lambda d: d.worker)}}, indent=2) + "\n"
     files.write(path, text, 0o644)
 
 
-def with_drain(drains, worker, service, now):
-    """The record after draining `worker` on `service` (None: every service)."""
+def with_drain(drains, worker, service, now, weights=None):
+    """The record after draining `worker` on `service` (None: every service).
+    `weights`: table_weights() of the real servers this drain takes."""
     old = drains.get(worker)
     if old is None:
         services = None if service is None else frozenset([service])
-        return drains | {worker: Drain(worker, services, now)}
+        return drains | {worker: Drain(worker, services, now, weights)}
     if service is None or old.services is None:
         services = None
     else:
         services = old.services | {service}
-    return drains | {worker: Drain(worker, services, old.since)}
+    # A record from before weights were kept stays without them: the ones
+    # seen now are at 0 already for what it drained.
+    kept = None if old.weights is None else old.weights | (weights or {})
+    return drains | {worker: Drain(worker, services, old.since, kept)}
+
+
+def table_weights(cluster, worker, service, table, drains):
+    """{str(DestKey): weight} of `worker`'s real servers on `service` (None:
+    every service) as this balancer's IPVS table had them before a drain.
+
+    The kernel fills an mh table by the last weight above 0 each real
+    server had, and a balancer whose keepalived starts while the worker is
+    drained gives it that weight for a moment (lbctl-announce), so that its
+    table matches the others'.  So each server gets:
+    - the weight it has, when that is above 0;
+    - drained already: what the drain that took it recorded, and nothing
+      if that drain saw none (it joined the service drained, and has slots
+      on no balancer);
+    - at 0 otherwise (it failed its checks), or where this balancer's table
+      lacks the whole service (keepalived is not running): the file's
+      weight, the one it had before, as far as lbctl can tell;
+    - nothing when the table has the service but not the server: apply adds
+      it drained, at 0, on every balancer.
+    `table`: the IPVS dump; `drains`: the record before this drain."""
+    from lbctl.config.model import DestKey
+
+    now = {DestKey(s.key, d.address, d.port): d.weight for s in table if s.key is not None
+           for d in s.dests}
+    services_here = {s.key for s in table}
+    old = drains.get(worker)
+    found = {}
+    for svc in cluster.services.values():
+        if service not in (None, svc.name):
+            continue
+        for rs in svc.real_servers:
+            if rs.worker != worker:
+                continue
+            key = DestKey(svc.key, rs.address, svc.port)
+            seen = now.get(key)
+            if seen:
+                found[str(key)] = seen
+            elif old is not None and old.covers(svc.name) and old.weights is not None:
+                if str(key) in old.weights:
+                    found[str(key)] = old.weights[str(key)]
+            elif seen == 0 or svc.key not in services_here:
+                found[str(key)] = rs.weight
+    return found
 
 
 def without_drain(drains, cluster, worker, service):
@@ -102,12 +160,29 @@ def without_drain(drains, cluster, worker, service):
                  else frozenset(services_of_worker(cluster, worker))) - {service}
     if not remaining:
         return rest
-    return rest | {worker: Drain(worker, remaining, old.since)}
+    return rest | {worker: Drain(worker, remaining, old.since, old.weights)}
 
 
 def services_of_worker(cluster, worker):
     return sorted(svc.name for svc in cluster.services.values()
                   if any(rs.worker == worker for rs in svc.real_servers))
+
+
+def slot_weights(cluster, drains):
+    """{DestKey: weight} of the drained real servers that have mh slots on
+    the other balancers, with the weight those slots were filled by: the one
+    the record kept, or for a record from before lbctl kept them, the file's."""
+    found = {}
+    for svc in cluster.services.values():
+        for rs in svc.real_servers:
+            drain = drains.get(rs.worker)
+            if drain is None or not drain.covers(svc.name):
+                continue
+            key = DestKey(svc.key, rs.address, svc.port)
+            weight = rs.weight if drain.weights is None else drain.weights.get(str(key), 0)
+            if weight > 0:
+                found[key] = weight
+    return found
 
 
 def drained_dests(cluster, drains):

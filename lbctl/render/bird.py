@@ -36,6 +36,26 @@ def render_announce_map(cluster):
     return "".join(f"{line}\n" for line in lines)
 
 
+def render_announce_slots(cluster, slots):
+    """The drained real servers that have slots in the other balancers' mh
+    tables (mode ecmp has mh alone), and the weight the kernel filled them
+    by, a line each ("SERVICE ADDRESS:PORT:WEIGHT").  keepalived adds a drained server
+    at weight 0, and mh fills its table by the last weight above 0 a server
+    had: on a balancer whose keepalived starts while a worker is drained,
+    the announce hook sets that weight and 0 again as the service comes up,
+    before the balancer offers its VIP.  `slots`: drains.slot_weights()."""
+    from lbctl.config.model import DestKey
+
+    lines = []
+    for svc in sorted(cluster.services.values(), key=announce_key):
+        for rs in svc.real_servers:
+            weight = slots.get(DestKey(svc.key, rs.address, svc.port))
+            if weight:
+                lines.append(f"{announce_key(svc)} {rs.address}:{svc.port}:{weight}\n")
+    # No header: the hook waits for the slots' lock only when there are any.
+    return "".join(lines)
+
+
 # The system user Debian's bird2 package makes.  BIRD drops to it once its
 # control socket is open (keeping only the network capabilities BGP and BFD
 # need), so a flaw in its BGP parser is not root's.
