@@ -153,6 +153,18 @@ def test_services_of_no_cluster_or_of_another_neither_count_nor_undo_the_drain()
               "this drain does not stop\n")
 
 
+def test_a_balancer_that_gives_no_table_says_why(monkeypatch):
+    from lbctl.remote import idle
+
+    outcomes = {"lb1": SimpleNamespace(returncode=255, stdout="", stderr=(
+                    "ssh: connect to host 192.168.100.2 port 22: No route to host\n")),
+                "lb2": SimpleNamespace(returncode=0, stdout="Traceback", stderr="")}
+    monkeypatch.setattr(idle, "run_on_each", lambda *args, **kw: outcomes)
+    assert idle._tables(SimpleNamespace(text=""), BALANCERS, "pi2", None, None, 12.0) == (
+        {}, ["lb1 (exit 255: ssh: connect to host 192.168.100.2 port 22: No route to host)",
+             "lb2 (its answer is not JSON)"])
+
+
 def test_a_balancer_that_leaves_out_the_weights_is_no_answer(monkeypatch):
     # Run without root, status leaves out what needs it: the weights, which
     # the wait needs to see the drain still holds.
@@ -167,10 +179,11 @@ def test_a_balancer_that_leaves_out_the_weights_is_no_answer(monkeypatch):
         # Named from the copy each balancer applied, not from the file given.
         asked["args"] = args_for(targets[0])
         return {t.node: SimpleNamespace(returncode=0, stdout=with_root if t.node == "lb1"
-                                        else without_root) for t in targets}
+                                        else without_root, stderr="") for t in targets}
     monkeypatch.setattr(idle, "run_on_each", run_on_each)
     cluster = SimpleNamespace(text="")
     assert idle._tables(cluster, BALANCERS, "pi2", None, None, 12.0) == (
-        {"lb1": json.loads(with_root)}, ["lb2"])
+        {"lb1": json.loads(with_root)},
+        ["lb2 (lbctl ran there without root, and read no weights)"])
     assert asked["timeout"] == 12.0
     assert asked["args"] == ["status", "--connections", "--json", "--worker", "pi2"]

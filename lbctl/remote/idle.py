@@ -180,22 +180,31 @@ def _say_others(out, worker, name, others):
 
 
 def _tables(cluster, balancers, worker, service, ssh_config, timeout):
-    """({balancer: its status --connections --json}, [balancers that gave none
-    within `timeout` seconds]).  Named from the copies the balancers applied,
+    """({balancer: its status --connections --json}, ["BALANCER (why)" of
+    those that gave none within `timeout` seconds]).  Named from the copies the balancers applied,
     as the drain there was made: a file edited since names another service."""
     flags = ["--worker", worker] + (["--service", service] if service else [])
     outcomes = run_on_each(balancers, lambda t: ["status", "--connections", "--json", *flags],
                            "", ssh_config, timeout=timeout)
     tables, silent = {}, []
     for node, outcome in outcomes.items():
-        try:
-            table = json.loads(outcome.stdout) if outcome.returncode == 0 else None
-        except ValueError:
-            table = None
+        table, why = None, None
+        if outcome.returncode != 0:
+            said = [line.strip() for line in (outcome.stderr or "").splitlines() if line.strip()]
+            why = f"exit {outcome.returncode}" + (f": {said[-1][:120]}" if said else "")
+        else:
+            try:
+                table = json.loads(outcome.stdout)
+            except ValueError:
+                why = "its answer is not JSON"
+        if why is None and not (isinstance(table, dict) and
+                                isinstance(table.get("connections"), list)):
+            why = "its answer has no connections"
         # Without root a balancer leaves out the weights: no answer either.
-        if isinstance(table, dict) and isinstance(table.get("connections"), list) and \
-                isinstance(table.get("real_servers"), list):
+        elif why is None and not isinstance(table.get("real_servers"), list):
+            why = "lbctl ran there without root, and read no weights"
+        if why is None:
             tables[node] = table
         else:
-            silent.append(node)
+            silent.append(f"{node} ({why})")
     return tables, silent
