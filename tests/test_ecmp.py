@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -301,10 +302,13 @@ def test_a_drain_records_the_weight_each_mh_table_was_filled_by(tmp_path):
     first = drained(_weights(cluster, web=4, dns=None))
     assert _slots(cluster, drained(_weights(cluster, web=0, dns=0), first)) == {"tcp": 4}
     # ... so a worker that joined dns while drained (at 0 on every balancer)
-    # gets no slots there, and one service undrained keeps the others'.
-    web_only = without_drain(first, cluster, "pi2", "dns")
-    assert web_only["pi2"].weights == first["pi2"].weights
+    # gets no slots there.  One service undrained keeps the others' weights,
+    # and a drain of it again reads the table afresh.
+    both = drained(_weights(cluster, web=4, dns=2))
+    web_only = without_drain(both, cluster, "pi2", "dns")
     assert _slots(cluster, web_only) == {"tcp": 4}
+    assert list(web_only["pi2"].weights) == [k for k in both["pi2"].weights if "tcp" in k]
+    assert _slots(cluster, drained(_weights(cluster, web=0, dns=None), web_only)) == {"tcp": 4}
     # A record of an older lbctl has no weights: the file's.
     assert _slots(cluster, {"pi2": Drain("pi2", None, 1.0)}) == {"tcp": 1, "udp": 1}
 
@@ -381,6 +385,37 @@ def test_a_vip_is_offered_only_while_every_service_on_it_is_up(bird):
     assert offered() == ["10.200.0.11"]
 
 
+def test_apply_forgets_the_weight_of_a_drained_server_gone_from_file_and_config(tmp_path):
+    # The file drops pi2 from dns while pi2 is drained: once keepalived's
+    # config no longer keeps it for its connections, keepalived deletes it,
+    # and the file adding it back has it added at 0, with no slots; while
+    # kept, it stays in the table, and keeps them.
+    from lbctl.adapters.files import FilesRoot
+    from lbctl.commands.apply import forget_weights_of_the_gone
+    from lbctl.config.model import DestKey
+    from lbctl.records.drains import read_drains, table_weights, with_drain, write_drains
+
+    cluster = load(tmp_path)
+    drains = with_drain({}, "pi2", None, 1.0, table_weights(
+        cluster, "pi2", None, _weights(cluster, web=4, dns=2), {}))
+    dns = cluster.services["dns"]
+    pi2_dns = DestKey(dns.key, cluster.workers["pi2"].address, dns.port)
+    without_dns = load(tmp_path, ECMP.replace("scheduler: mh}", "scheduler: mh, "
+                                              "workers: [pi1]}"))
+    files = FilesRoot(str(tmp_path))
+    write_drains(files, cluster.name, drains)
+
+    def applied(draining):
+        ctx = SimpleNamespace(drains=read_drains(files, cluster.name), cluster=without_dns,
+                              desired=SimpleNamespace(draining=draining),
+                              adapters=SimpleNamespace(files=files))
+        forget_weights_of_the_gone(ctx)
+        return _slots(cluster, read_drains(files, cluster.name))
+
+    assert applied({pi2_dns}) == {"tcp": 4, "udp": 2}
+    assert applied(set()) == {"tcp": 4}
+
+
 FAKE_IPVSADM = """\
 #!/bin/sh
 # What the hook asks of ipvsadm, one line of arguments and the lines it reads.
@@ -389,29 +424,36 @@ echo "ipvsadm $*" >> "$log"
 [ "$1" != -R ] || cat >> "$log"
 [ ! -e "${0%/*}/ipvsadm.fails" ] || [ "$1" != -R ]
 """
-WEB = "tcp-10.200.0.10-80"
-PI2_UP_AND_BACK = ["ipvsadm -R", "-e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 3",
-                   "-e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 0"]
+WEB, DNS = "tcp-10.200.0.10-80", "udp-10.200.0.10-53"
+PI2_SLOTS_BACK = ["ipvsadm -R", "-e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 3",
+                  "-e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 0",
+                  "ipvsadm -R", "-e -u 10.200.0.10:53 -r 192.168.100.4:53 -g -w 1",
+                  "-e -u 10.200.0.10:53 -r 192.168.100.4:53 -g -w 0"]
 
 
 @pytest.fixture
 def ipvsadm(tmp_path, monkeypatch):
-    """A stand-in for ipvsadm in the hook (the host has no IPVS): the lines
-    it was given, as a function."""
+    """A stand-in for ipvsadm in the hook (the host has no IPVS), and one VIP
+    with two services, pi2 drained on both: the lines ipvsadm was given,
+    as a function."""
     folder = tmp_path / "fake"
     folder.mkdir()
     fake = folder / "ipvsadm"
     fake.write_text(FAKE_IPVSADM)
     fake.chmod(0o755)
     monkeypatch.setenv("LBCTL_IPVSADM", str(fake))
-    (tmp_path / "announce.map").write_text(f"10.200.0.10 {WEB} udp-10.200.0.10-53\n")
+    (tmp_path / "announce.map").write_text(f"10.200.0.10 {WEB} {DNS}\n")
     (tmp_path / "announce.slots").write_text(f"{WEB} 192.168.100.4:80:3\n"
-                                             "udp-10.200.0.10-53 192.168.100.4:53:1\n")
+                                             f"{DNS} 192.168.100.4:53:1\n"
+                                             f"{WEB}-not 192.168.100.9:80:1\n"
+                                             f"{WEB} 192.168.100.9:80\n"
+                                             f"{WEB} 192.168.100.9:80:\n"
+                                             f"{WEB} 192.168.100.9:80:1;reboot\n")
     log = folder / "ipvsadm.log"
     return lambda: log.read_text().splitlines() if log.exists() else []
 
 
-def test_a_service_coming_up_gives_its_drained_workers_slots_back_under_the_slots_lock(
+def test_a_vip_about_to_be_offered_gives_its_drained_workers_slots_back_under_the_lock(
         bird, ipvsadm):
     # The hook reads the slots and acts on them under the lock apply and
     # drain hold as they write them: an undrain's write comes before it or
@@ -419,50 +461,48 @@ def test_a_service_coming_up_gives_its_drained_workers_slots_back_under_the_slot
     from lbctl.adapters.files import FilesRoot
 
     hook, offered, folder, _socket = bird
+    assert hook("event", WEB, "up").returncode == 0
+    assert ipvsadm() == [] and offered() == []  # (DNS, on the same VIP, is not up)
     with FilesRoot("/").locked(str(folder / "slots.lock")):
-        waiting = hook("event", WEB, "up", stays=True)
+        waiting = hook("event", DNS, "up", stays=True)
         time.sleep(1.5)
-        assert waiting.poll() is None and ipvsadm() == []
+        assert waiting.poll() is None and ipvsadm() == [] and offered() == []
+        # The route waits for the slots: no flow comes before they are back.
+        assert not (folder / "10.200.0.10.conf").exists()
     assert waiting.wait(timeout=30) == 0, waiting.stderr.read()
-    # Its own service's servers alone, the weight then 0 in one run.
-    assert ipvsadm() == PI2_UP_AND_BACK
-    assert hook("event", "udp-10.200.0.10-53", "up").returncode == 0
+    # Every service's drained servers on that VIP, each its weight then 0 in
+    # one run, before the route is written.
+    assert ipvsadm() == PI2_SLOTS_BACK
     assert offered() == ["10.200.0.10"]
-    # With the VIP on offer, flows come here: it leaves the weights alone,
-    # and does not wait for the slots at all.
+    # With the VIP on offer, flows come here: the weights are left alone,
+    # and the slots' lock is not waited for.
     with FilesRoot("/").locked(str(folder / "slots.lock")):
         again = hook("event", WEB, "up", stays=True)
         assert again.wait(timeout=5) == 0  # (the hook waits up to 10 s for the lock)
-    assert len(ipvsadm()) == 6 and offered() == ["10.200.0.10"]
+    assert len(ipvsadm()) == 6
 
 
-def test_a_vip_offered_by_another_run_meanwhile_still_gets_the_slots_back(bird, ipvsadm):
-    # Two services on one VIP come up together: the other's run may offer
-    # the VIP between this run's record and its turn at the folder.
-    import fcntl
-
+def test_whichever_run_offers_the_vip_gives_the_slots_back(bird, ipvsadm):
+    # The services' own runs recorded them up and ended before they offered
+    # anything (a run that could not have the folder in time): apply's sync
+    # offers the VIP, and gives the slots back first.
     hook, offered, folder, _socket = bird
-    (folder / "udp-10.200.0.10-53.state").write_text(f"up 1 1 {os.getpid()}\n")
-    held = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        waiting = hook("event", WEB, "up", stays=True)
-        deadline = time.monotonic() + 10
-        while not (folder / f"{WEB}.state").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        (folder / "10.200.0.10.conf").write_text("route 10.200.0.10/32 blackhole;\n")
-    finally:
-        os.close(held)
-    assert waiting.wait(timeout=30) == 0, waiting.stderr.read()
-    assert ipvsadm()[:3] == PI2_UP_AND_BACK
+    for service in (WEB, DNS):
+        (folder / f"{service}.state").write_text(f"up 1 1 {os.getpid()}\n")
+    assert hook("sync").returncode == 0
+    assert ipvsadm() == PI2_SLOTS_BACK and offered() == ["10.200.0.10"]
 
 
 def test_a_failed_ipvsadm_leaves_no_drained_worker_at_its_weight(bird, ipvsadm, tmp_path):
-    hook, offered, _folder, _socket = bird
+    hook, offered, folder, _socket = bird
     (tmp_path / "fake" / "ipvsadm.fails").touch()
+    (folder / f"{DNS}.state").write_text(f"up 1 1 {os.getpid()}\n")
     assert hook("event", WEB, "up").returncode == 0
-    assert ipvsadm() == [*PI2_UP_AND_BACK,
-                         "ipvsadm -e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 0"]
+    assert ipvsadm() == [*PI2_SLOTS_BACK[:3],
+                         "ipvsadm -e -t 10.200.0.10:80 -r 192.168.100.4:80 -g -w 0",
+                         *PI2_SLOTS_BACK[3:],
+                         "ipvsadm -e -u 10.200.0.10:53 -r 192.168.100.4:53 -g -w 0"]
+    assert offered() == ["10.200.0.10"]
 
 
 def test_a_hook_forked_before_the_one_on_record_changes_nothing(bird):

@@ -92,7 +92,22 @@ def _apply(args, out, cluster, reached):
             raise
     if held:
         raise held_elsewhere_error(held)
+    if ctx.drains and not args.remove:
+        forget_weights_of_the_gone(ctx)
     return code
+
+
+def forget_weights_of_the_gone(ctx):
+    """The drain record kept the mh weight of each drained real server; one
+    that has left the file, and that keepalived's config no longer keeps
+    for its connections either, is deleted from the table, and has none any
+    more.  Decided from the config applied, not the kernel's table: a
+    keepalived reload deletes it only moments after apply is done."""
+    from lbctl.records.drains import without_weights_of_the_gone, write_drains
+
+    kept = without_weights_of_the_gone(ctx.drains, ctx.cluster, ctx.desired.draining)
+    if kept != ctx.drains:
+        write_drains(ctx.adapters.files, ctx.cluster.name, kept)
 
 
 def _peer_takeover_seconds(plan):

@@ -29,10 +29,10 @@ class Drain:
     worker: str
     services: frozenset | None
     since: float  # epoch seconds of the first drain
-    # {str(DestKey): weight} of the real servers this balancer's IPVS table
-    # had as the drain took them to 0: the weight the kernel keeps filling an
-    # mh table by (see table_weights()).  None in a record written before
-    # lbctl kept them.
+    # {weight_key(DestKey): weight} of the real servers this balancer's IPVS
+    # table had as the drain took them to 0: the weight the kernel keeps
+    # filling an mh table by, 0 for none (see table_weights()).  None in a
+    # record written before lbctl kept them.
     weights: dict | None = None
 
     def covers(self, service):
@@ -99,14 +99,22 @@ def with_drain(drains, worker, service, now, weights=None):
         services = None
     else:
         services = old.services | {service}
-    # A record from before weights were kept stays without them: the ones
-    # seen now are at 0 already for what it drained.
+    # The weights of the servers this drain takes replace what the record
+    # had for them (table_weights() has every one).  A record from before
+    # weights were kept stays without them: the servers it drained are at 0
+    # now, and tell nothing.
     kept = None if old.weights is None else old.weights | (weights or {})
     return drains | {worker: Drain(worker, services, old.since, kept)}
 
 
+def weight_key(key):
+    """A real server as the drain record names it (a DestKey's own text may change)."""
+    service = key.service
+    return f"{service.protocol} {service.vip}:{service.port} -> {key.address}:{key.port}"
+
+
 def table_weights(cluster, worker, service, table, drains):
-    """{str(DestKey): weight} of `worker`'s real servers on `service` (None:
+    """{weight_key(): weight} of `worker`'s real servers on `service` (None:
     every service) as this balancer's IPVS table had them before a drain.
 
     The kernel fills an mh table by the last weight above 0 each real
@@ -114,14 +122,14 @@ def table_weights(cluster, worker, service, table, drains):
     drained gives it that weight for a moment (lbctl-announce), so that its
     table matches the others'.  So each server gets:
     - the weight it has, when that is above 0;
-    - drained already: what the drain that took it recorded, and nothing
-      if that drain saw none (it joined the service drained, and has slots
-      on no balancer);
+    - drained already: what the drain that took it recorded, and 0 if that
+      drain saw none (it joined the service drained, and has slots on no
+      balancer);
     - at 0 otherwise (it failed its checks), or where this balancer's table
       lacks the whole service (keepalived is not running): the file's
       weight, the one it had before, as far as lbctl can tell;
-    - nothing when the table has the service but not the server: apply adds
-      it drained, at 0, on every balancer.
+    - 0 when the table has the service but not the server: apply adds it
+      drained, at 0, on every balancer.
     `table`: the IPVS dump; `drains`: the record before this drain."""
     from lbctl.config.model import DestKey
 
@@ -137,14 +145,15 @@ def table_weights(cluster, worker, service, table, drains):
             if rs.worker != worker:
                 continue
             key = DestKey(svc.key, rs.address, svc.port)
-            seen = now.get(key)
+            named, seen = weight_key(key), now.get(key)
             if seen:
-                found[str(key)] = seen
+                found[named] = seen
             elif old is not None and old.covers(svc.name) and old.weights is not None:
-                if str(key) in old.weights:
-                    found[str(key)] = old.weights[str(key)]
+                found[named] = old.weights.get(named, 0)
             elif seen == 0 or svc.key not in services_here:
-                found[str(key)] = rs.weight
+                found[named] = rs.weight
+            else:
+                found[named] = 0
     return found
 
 
@@ -160,7 +169,35 @@ def without_drain(drains, cluster, worker, service):
                  else frozenset(services_of_worker(cluster, worker))) - {service}
     if not remaining:
         return rest
-    return rest | {worker: Drain(worker, remaining, old.since, old.weights)}
+    weights = old.weights
+    if weights is not None:
+        # A drain of that service again reads the table afresh.
+        gone = {weight_key(DestKey(svc.key, rs.address, svc.port))
+                for svc in cluster.services.values() if svc.name == service
+                for rs in svc.real_servers if rs.worker == worker}
+        weights = {k: w for k, w in weights.items() if k not in gone}
+    return rest | {worker: Drain(worker, remaining, old.since, weights)}
+
+
+def without_weights_of_the_gone(drains, cluster, kept):
+    """The record without the weights of real servers that are neither in the
+    file nor `kept` (DestKeys the file dropped that keepalived's config keeps
+    until their connections end).  keepalived deletes the others from the
+    table, and one the file adds back while its worker is drained is added
+    at 0, with no slots; one still kept only changes its weight, and keeps
+    its slots."""
+    from lbctl.config.model import DestKey
+
+    present = {weight_key(DestKey(svc.key, rs.address, svc.port))
+               for svc in cluster.services.values() for rs in svc.real_servers}
+    present |= {weight_key(key) for key in kept}
+    found = {}
+    for worker, drain in drains.items():
+        if drain.weights is not None and not drain.weights.keys() <= present:
+            drain = Drain(worker, drain.services, drain.since,
+                          {k: w for k, w in drain.weights.items() if k in present})
+        found[worker] = drain
+    return found
 
 
 def services_of_worker(cluster, worker):
@@ -179,7 +216,7 @@ def slot_weights(cluster, drains):
             if drain is None or not drain.covers(svc.name):
                 continue
             key = DestKey(svc.key, rs.address, svc.port)
-            weight = rs.weight if drain.weights is None else drain.weights.get(str(key), 0)
+            weight = rs.weight if drain.weights is None else drain.weights.get(weight_key(key), 0)
             if weight > 0:
                 found[key] = weight
     return found
