@@ -160,7 +160,7 @@ def test_a_balancer_that_gives_no_table_says_why(monkeypatch):
                     "ssh: connect to host 192.168.100.2 port 22: No route to host\n")),
                 "lb2": SimpleNamespace(returncode=0, stdout="Traceback", stderr="")}
     monkeypatch.setattr(idle, "run_on_each", lambda *args, **kw: outcomes)
-    assert idle._tables(SimpleNamespace(text=""), BALANCERS, "pi2", None, None, 12.0) == (
+    assert idle._tables(BALANCERS, "pi2", None, None, 12.0) == (
         {}, ["lb1 (exit 255: ssh: connect to host 192.168.100.2 port 22: No route to host)",
              "lb2 (its answer is not JSON)"])
 
@@ -181,8 +181,7 @@ def test_a_balancer_that_leaves_out_the_weights_is_no_answer(monkeypatch):
         return {t.node: SimpleNamespace(returncode=0, stdout=with_root if t.node == "lb1"
                                         else without_root, stderr="") for t in targets}
     monkeypatch.setattr(idle, "run_on_each", run_on_each)
-    cluster = SimpleNamespace(text="")
-    assert idle._tables(cluster, BALANCERS, "pi2", None, None, 12.0) == (
+    assert idle._tables(BALANCERS, "pi2", None, None, 12.0) == (
         {"lb1": json.loads(with_root)},
         ["lb2 (lbctl ran there without root, and read no weights)"])
     assert asked["timeout"] == 12.0

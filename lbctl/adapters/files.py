@@ -16,7 +16,8 @@ from lbctl.layout import OWN_FOLDERS
 from lbctl.trust import first_unsafe, others_can_change
 
 # How long lbctl waits for a lock keepalived's hooks hold: they hold it for
-# an nft or ipvsadm call, so a lock held longer is a hook that hangs.
+# an nft call, or an ipvsadm call or two for each drained worker of a VIP,
+# so a lock held longer is a hook that hangs (or a great many drained).
 HOOK_LOCK_SECONDS = 30
 
 

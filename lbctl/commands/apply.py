@@ -105,9 +105,9 @@ def forget_weights_of_the_gone(ctx):
     keepalived reload deletes it only moments after apply is done."""
     from lbctl.records.drains import without_weights_of_the_gone, write_drains
 
-    kept = without_weights_of_the_gone(ctx.drains, ctx.cluster, ctx.desired.draining)
-    if kept != ctx.drains:
-        write_drains(ctx.adapters.files, ctx.cluster.name, kept)
+    record = without_weights_of_the_gone(ctx.drains, ctx.cluster, ctx.desired.draining)
+    if record != ctx.drains:
+        write_drains(ctx.adapters.files, ctx.cluster.name, record)
 
 
 def _peer_takeover_seconds(plan):

@@ -53,9 +53,10 @@ def run(args, out):
             table = IpvsNetlink().dump()
             after = with_drain(before, args.worker, args.service, time.time(),
                                table_weights(cluster, args.worker, args.service, table, before))
-        changed = set(drained_dests(cluster, before)) ^ set(drained_dests(cluster, after))
+        drained_after = set(drained_dests(cluster, after))
+        changed = set(drained_dests(cluster, before)) ^ drained_after
         if changed and not undrain and not args.force:
-            check_capacity(cluster, set(drained_dests(cluster, after)), table, args.worker)
+            check_capacity(cluster, drained_after, table, args.worker)
         if getattr(args, "check", False):
             out.write(f"{args.worker} can be drained on {node}\n")
             return 0
@@ -102,9 +103,9 @@ def check_capacity(cluster, drained, table, worker):
     the IPVS dump, whose weights say who takes connections right now (a failed
     or not yet checked worker is at 0 there, whatever any file says)."""
     from lbctl.config.model import DestKey
+    from lbctl.records.drains import dest_weights
 
-    weights = {DestKey(s.key, d.address, d.port): d.weight for s in table if s.key is not None
-               for d in s.dests}
+    weights = dest_weights(table)
     for svc in sorted(cluster.services.values(), key=lambda s: s.name):
         if not any(rs.worker == worker for rs in svc.real_servers):
             continue

@@ -275,7 +275,7 @@ def _ecmp_files(state, cluster, node, interface, layout, slots):
     state.files[layout.bird_conf] = FileSpec(render_bird_conf(cluster, node, interface, layout))
     state.files[layout.announce_map] = FileSpec(render_announce_map(cluster))
     # (Not a file of keepalived's: the hook reads it at each run.)
-    state.files[layout.announce_slots] = FileSpec(render_announce_slots(cluster, slots),
+    state.files[layout.announce_slots] = FileSpec(render_announce_slots(slots),
                                                   lock=layout.announce_slots_lock)
     _enable(state, "bird", render_bird_unit(layout))
 

@@ -7,6 +7,7 @@ record.  Stopping anywhere leaves a state the next apply converges from.
 
 import errno
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
 from lbctl.adapters.garp import PROBE_LISTEN
@@ -235,11 +236,10 @@ def _address(adapters, change):
 def _file(adapters, change):
     if change.action == REMOVE:
         adapters.files.remove(change.key)
-    elif change.new.lock is not None:
-        with adapters.files.locked(change.new.lock):
-            adapters.files.write(change.key, change.new.content, change.new.mode)
     else:
-        adapters.files.write(change.key, change.new.content, change.new.mode)
+        lock = change.new.lock
+        with adapters.files.locked(lock) if lock is not None else nullcontext():
+            adapters.files.write(change.key, change.new.content, change.new.mode)
 
 
 def _link(adapters, change):

@@ -107,6 +107,12 @@ def with_drain(drains, worker, service, now, weights=None):
     return drains | {worker: Drain(worker, services, old.since, kept)}
 
 
+def dest_weights(table):
+    """{DestKey: weight} of an IPVS dump (fwmark services left out)."""
+    return {DestKey(s.key, d.address, d.port): d.weight for s in table if s.key is not None
+            for d in s.dests}
+
+
 def weight_key(key):
     """A real server as the drain record names it (a DestKey's own text may change)."""
     service = key.service
@@ -131,10 +137,7 @@ def table_weights(cluster, worker, service, table, drains):
     - 0 when the table has the service but not the server: apply adds it
       drained, at 0, on every balancer.
     `table`: the IPVS dump; `drains`: the record before this drain."""
-    from lbctl.config.model import DestKey
-
-    now = {DestKey(s.key, d.address, d.port): d.weight for s in table if s.key is not None
-           for d in s.dests}
+    now = dest_weights(table)
     services_here = {s.key for s in table}
     old = drains.get(worker)
     found = {}
@@ -186,8 +189,6 @@ def without_weights_of_the_gone(drains, cluster, kept):
     table, and one the file adds back while its worker is drained is added
     at 0, with no slots; one still kept only changes its weight, and keeps
     its slots."""
-    from lbctl.config.model import DestKey
-
     present = {weight_key(DestKey(svc.key, rs.address, svc.port))
                for svc in cluster.services.values() for rs in svc.real_servers}
     present |= {weight_key(key) for key in kept}

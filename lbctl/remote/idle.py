@@ -127,7 +127,7 @@ def wait_idle_across(cluster, balancers, worker, service, timeout, ssh_config, o
     started, shown = clock(), None
     # A balancer that hangs (ssh, a stalled node) must not hold a poll past
     # the wait's own end; one answer may take a few seconds, though.
-    ask = ask or (lambda: _tables(cluster, balancers, worker, service, ssh_config,
+    ask = ask or (lambda: _tables(balancers, worker, service, ssh_config,
                                   min(POLL_LIMIT, max(10.0, timeout - (clock() - started)))))
     names = ", ".join(t.node for t in balancers)
     back = f"`lbctl undrain {worker} FILE --all` puts it back"
@@ -179,9 +179,9 @@ def _say_others(out, worker, name, others):
                   f"({where}), which this drain does not stop\n")
 
 
-def _tables(cluster, balancers, worker, service, ssh_config, timeout):
+def _tables(balancers, worker, service, ssh_config, timeout):
     """({balancer: its status --connections --json}, ["BALANCER (why)" of
-    those that gave none within `timeout` seconds]).  Named from the copies the balancers applied,
+    those that gave no table to use within `timeout` seconds]).  Named from the copies the balancers applied,
     as the drain there was made: a file edited since names another service."""
     flags = ["--worker", worker] + (["--service", service] if service else [])
     outcomes = run_on_each(balancers, lambda t: ["status", "--connections", "--json", *flags],
@@ -200,7 +200,6 @@ def _tables(cluster, balancers, worker, service, ssh_config, timeout):
         if why is None and not (isinstance(table, dict) and
                                 isinstance(table.get("connections"), list)):
             why = "its answer has no connections"
-        # Without root a balancer leaves out the weights: no answer either.
         elif why is None and not isinstance(table.get("real_servers"), list):
             why = "lbctl ran there without root, and read no weights"
         if why is None:

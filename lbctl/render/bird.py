@@ -36,24 +36,17 @@ def render_announce_map(cluster):
     return "".join(f"{line}\n" for line in lines)
 
 
-def render_announce_slots(cluster, slots):
+def render_announce_slots(slots):
     """The drained real servers that have slots in the other balancers' mh
     tables (mode ecmp has mh alone), and the weight the kernel filled them
     by, a line each ("SERVICE ADDRESS:PORT:WEIGHT").  keepalived adds a drained server
     at weight 0, and mh fills its table by the last weight above 0 a server
     had: on a balancer whose keepalived starts while a worker is drained,
-    the announce hook sets that weight and 0 again as the service comes up,
-    before the balancer offers its VIP.  `slots`: drains.slot_weights()."""
-    from lbctl.config.model import DestKey
-
-    lines = []
-    for svc in sorted(cluster.services.values(), key=announce_key):
-        for rs in svc.real_servers:
-            weight = slots.get(DestKey(svc.key, rs.address, svc.port))
-            if weight:
-                lines.append(f"{announce_key(svc)} {rs.address}:{svc.port}:{weight}\n")
+    the announce hook sets that weight and 0 again just before the balancer
+    offers a VIP.  `slots`: drains.slot_weights(), whose weights are above 0."""
     # No header: the hook waits for the slots' lock only when there are any.
-    return "".join(lines)
+    return "".join(sorted(f"{announce_key(key.service)} {key.address}:{key.port}:{weight}\n"
+                          for key, weight in slots.items()))
 
 
 # The system user Debian's bird2 package makes.  BIRD drops to it once its
