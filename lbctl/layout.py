@@ -99,8 +99,8 @@ class Layout:
     @property
     def announce_slots(self):
         """Mode ecmp: drained real servers whose mh slots the announce hook
-        gives back as their service comes up.  The hook finds it as the map's
-        name with .slots."""
+        gives back before it offers a VIP.  The hook finds it as the map's
+        name with .slots in place of .map."""
         return f"{self.etc_dir}/announce.slots"
 
     @property

@@ -17,7 +17,8 @@ def run(args, out):
     from lbctl.adapters.files import FilesRoot
     from lbctl.engine.desired import find_node, role_of
     from lbctl.records.drains import (
-        drained_dests, read_drains, table_weights, with_drain, without_drain, write_drains,
+        drained_dests, read_drains, table_weights, with_drain, without_drain, worker_dests,
+        write_drains,
     )
     from lbctl.records.lock import node_locked
     from lbctl.engine.node import load_node
@@ -66,9 +67,9 @@ def run(args, out):
         ctx = load_node(saved, node, args.root, cluster=cluster)
         # Every real server of the worker, not only the ones this run changes:
         # a drain interrupted half way is finished by running it again.
-        _make_weights_follow(ctx, {key for _, key, _ in _worker_dests(cluster, args.worker)},
+        _make_weights_follow(ctx, {key for _, key, _ in worker_dests(cluster, args.worker)},
                              out)
-    dests = _worker_dests(cluster, args.worker, args.service)
+    dests = worker_dests(cluster, args.worker, args.service)
     table = {(d.address, d.port, svc.key): d for svc in ctx.adapters.ipvs.dump() if svc.key
              for d in svc.dests}
     for svc, key, weight in dests:
@@ -119,16 +120,6 @@ def check_capacity(cluster, drained, table, worker):
             raise UsageError(f"draining {worker} would leave service {svc.name} with no worker "
                              f"taking new connections ({why}); undrain or repair another "
                              "first, or drain anyway with --force")
-
-
-def _worker_dests(cluster, worker, service=None):
-    """[(service, DestKey, the file's weight)] of the worker, on one service or all."""
-    from lbctl.config.model import DestKey
-
-    return [(svc, DestKey(svc.key, rs.address, svc.port), rs.weight)
-            for svc in sorted(cluster.services.values(), key=lambda s: s.name)
-            if service in (None, svc.name)
-            for rs in svc.real_servers if rs.worker == worker]
 
 
 def drain_changes(plan, keys, files):

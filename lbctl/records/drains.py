@@ -141,22 +141,16 @@ def table_weights(cluster, worker, service, table, drains):
     services_here = {s.key for s in table}
     old = drains.get(worker)
     found = {}
-    for svc in cluster.services.values():
-        if service not in (None, svc.name):
-            continue
-        for rs in svc.real_servers:
-            if rs.worker != worker:
-                continue
-            key = DestKey(svc.key, rs.address, svc.port)
-            named, seen = weight_key(key), now.get(key)
-            if seen:
-                found[named] = seen
-            elif old is not None and old.covers(svc.name) and old.weights is not None:
-                found[named] = old.weights.get(named, 0)
-            elif seen == 0 or svc.key not in services_here:
-                found[named] = rs.weight
-            else:
-                found[named] = 0
+    for svc, key, weight in worker_dests(cluster, worker, service):
+        named, seen = weight_key(key), now.get(key)
+        if seen:
+            found[named] = seen
+        elif old is not None and old.covers(svc.name) and old.weights is not None:
+            found[named] = old.weights.get(named, 0)
+        elif seen == 0 or svc.key not in services_here:
+            found[named] = weight
+        else:
+            found[named] = 0
     return found
 
 
@@ -175,9 +169,7 @@ def without_drain(drains, cluster, worker, service):
     weights = old.weights
     if weights is not None:
         # A drain of that service again reads the table afresh.
-        gone = {weight_key(DestKey(svc.key, rs.address, svc.port))
-                for svc in cluster.services.values() if svc.name == service
-                for rs in svc.real_servers if rs.worker == worker}
+        gone = {weight_key(key) for _, key, _ in worker_dests(cluster, worker, service)}
         weights = {k: w for k, w in weights.items() if k not in gone}
     return rest | {worker: Drain(worker, remaining, old.since, weights)}
 
@@ -189,9 +181,8 @@ def without_weights_of_the_gone(drains, cluster, kept):
     table, and one the file adds back while its worker is drained is added
     at 0, with no slots; one still kept only changes its weight, and keeps
     its slots."""
-    present = {weight_key(DestKey(svc.key, rs.address, svc.port))
-               for svc in cluster.services.values() for rs in svc.real_servers}
-    present |= {weight_key(key) for key in kept}
+    file_keys = [key for _, _, key in _real_servers(cluster)]
+    present = {weight_key(key) for key in [*file_keys, *kept]}
     found = {}
     for worker, drain in drains.items():
         if drain.weights is not None and not drain.weights.keys() <= present:
@@ -199,6 +190,22 @@ def without_weights_of_the_gone(drains, cluster, kept):
                           {k: w for k, w in drain.weights.items() if k in present})
         found[worker] = drain
     return found
+
+
+def worker_dests(cluster, worker, service=None):
+    """[(service, DestKey, the file's weight)] of the worker, on one service
+    or all, by service name."""
+    return sorted(((svc, key, rs.weight) for svc, rs, key in _real_servers(cluster)
+                   if service in (None, svc.name) and rs.worker == worker),
+                  key=lambda found: found[0].name)
+
+
+def _real_servers(cluster):
+    """(service, real server, DestKey) of each of the file's real servers,
+    in the file's order."""
+    for svc in cluster.services.values():
+        for rs in svc.real_servers:
+            yield svc, rs, DestKey(svc.key, rs.address, svc.port)
 
 
 def services_of_worker(cluster, worker):
@@ -211,25 +218,18 @@ def slot_weights(cluster, drains):
     the other balancers, with the weight those slots were filled by: the one
     the record kept, or for a record from before lbctl kept them, the file's."""
     found = {}
-    for svc in cluster.services.values():
-        for rs in svc.real_servers:
-            drain = drains.get(rs.worker)
-            if drain is None or not drain.covers(svc.name):
-                continue
-            key = DestKey(svc.key, rs.address, svc.port)
-            weight = rs.weight if drain.weights is None else drain.weights.get(weight_key(key), 0)
-            if weight > 0:
-                found[key] = weight
+    for svc, rs, key in _real_servers(cluster):
+        drain = drains.get(rs.worker)
+        if drain is None or not drain.covers(svc.name):
+            continue
+        weight = rs.weight if drain.weights is None else drain.weights.get(weight_key(key), 0)
+        if weight > 0:
+            found[key] = weight
     return found
 
 
 def drained_dests(cluster, drains):
     """{DestKey: Drain} of the file's real servers that are drained; entries for
     workers or services the file no longer has are ignored."""
-    found = {}
-    for svc in cluster.services.values():
-        for rs in svc.real_servers:
-            drain = drains.get(rs.worker)
-            if drain is not None and drain.covers(svc.name):
-                found[DestKey(svc.key, rs.address, svc.port)] = drain
-    return found
+    return {key: drains[rs.worker] for svc, rs, key in _real_servers(cluster)
+            if rs.worker in drains and drains[rs.worker].covers(svc.name)}

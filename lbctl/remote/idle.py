@@ -181,8 +181,9 @@ def _say_others(out, worker, name, others):
 
 def _tables(balancers, worker, service, ssh_config, timeout):
     """({balancer: its status --connections --json}, ["BALANCER (why)" of
-    those that gave no table to use within `timeout` seconds]).  Named from the copies the balancers applied,
-    as the drain there was made: a file edited since names another service."""
+    those that gave no table to use within `timeout` seconds]).  Named from
+    the copies the balancers applied, as the drain there was made: a file
+    edited since names another service."""
     flags = ["--worker", worker] + (["--service", service] if service else [])
     outcomes = run_on_each(balancers, lambda t: ["status", "--connections", "--json", *flags],
                            "", ssh_config, timeout=timeout)

@@ -39,9 +39,9 @@ def render_announce_map(cluster):
 def render_announce_slots(slots):
     """The drained real servers that have slots in the other balancers' mh
     tables (mode ecmp has mh alone), and the weight the kernel filled them
-    by, a line each ("SERVICE ADDRESS:PORT:WEIGHT").  keepalived adds a drained server
-    at weight 0, and mh fills its table by the last weight above 0 a server
-    had: on a balancer whose keepalived starts while a worker is drained,
+    by, a line each ("SERVICE ADDRESS:PORT:WEIGHT").  keepalived adds a
+    drained server at weight 0, and mh fills its table by the last weight
+    above 0 a server had: on a balancer whose keepalived starts while a worker is drained,
     the announce hook sets that weight and 0 again just before the balancer
     offers a VIP.  `slots`: drains.slot_weights(), whose weights are above 0."""
     # No header: the hook waits for the slots' lock only when there are any.

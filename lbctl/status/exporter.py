@@ -52,13 +52,12 @@ class LbctlCollector:
     def collect(self):
         from lbctl.status.collect import drains_here, keepalived_states
         from lbctl.config.model import DestKey
+        from lbctl.records.drains import dest_weights
         from lbctl.records.last_apply import read_last_apply
 
         clusters = self.clusters()
         snapshot = self.snapshot()
-        kernel = {} if snapshot is None else {
-            DestKey(s.key, d.address, d.port): d.weight
-            for s in snapshot.services if s.key is not None for d in s.dests}
+        kernel = {} if snapshot is None else dest_weights(snapshot.services)
         states = keepalived_states(self.root, clusters)
         labels = ["cluster", "service", "worker"]
         healthy = GaugeMetricFamily("lbctl_worker_healthy", "1 when the worker's health check "
